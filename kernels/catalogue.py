@@ -1,0 +1,44 @@
+"""The slot catalogue: every slot by name (DESIGN.md, 'Slot catalogue')."""
+
+from __future__ import annotations
+
+from kernels.slots.base import Slot
+
+LANGUAGES = ("torch", "triton", "cute")
+
+
+class UnknownSlot(KeyError):
+    pass
+
+
+def _build() -> dict[str, Slot]:
+    from kernels.slots.dense_gemm import DenseGemm
+
+    slots: list[Slot] = [DenseGemm()]
+    try:  # the remaining slots land module by module; each registers here
+        from kernels.slots.router import Router
+        from kernels.slots.moe_experts import MoeExperts
+        from kernels.slots.shared_expert import SharedExpert
+        from kernels.slots.oproj_residual_norm import OprojResidualNorm
+        from kernels.slots.add_rmsnorm import AddRmsNorm
+        slots += [Router(), MoeExperts(), SharedExpert(), OprojResidualNorm(), AddRmsNorm()]
+    except ImportError:
+        pass
+    return {s.name: s for s in slots}
+
+
+_SLOTS: dict[str, Slot] | None = None
+
+
+def all_slots() -> dict[str, Slot]:
+    global _SLOTS
+    if _SLOTS is None:
+        _SLOTS = _build()
+    return _SLOTS
+
+
+def get_slot(name: str) -> Slot:
+    try:
+        return all_slots()[name]
+    except KeyError:
+        raise UnknownSlot(f"unknown slot {name!r}; known: {', '.join(sorted(all_slots()))}") from None
