@@ -1,0 +1,309 @@
+"""`kerneltune`: the command line. A plain HTTP client of the API, plus commands that start
+the API (`serve`), a worker (`worker`) or both on the embedded default (`up`, `demo`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from service.client import ApiError, Client
+from service.embedded import EmbeddedStack, api_command, default_data_dir, embedded_env, worker_command
+
+app = typer.Typer(help="kerneltune: submit, check, time and rank decode-path kernels.", no_args_is_help=True)
+console = Console()
+
+ApiOpt = typer.Option(None, "--api", help="API base URL (default $KT_API_URL or http://127.0.0.1:8765)")
+SHIPPED = Path(__file__).resolve().parent.parent / "kernels" / "variants"
+
+
+def _client(api: str | None) -> Client:
+    return Client(api)
+
+
+def _fail(exc: ApiError) -> None:
+    console.print(f"[red]error:[/red] {exc.detail}")
+    raise typer.Exit(1)
+
+
+def _fmt(v: Any, spec: str = ".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+# --- starting things -------------------------------------------------------------------------
+
+@app.command()
+def serve(host: str = "127.0.0.1", port: int = 8765) -> None:
+    """Run the API server (reads KT_DATABASE_URL, KT_BROKER_URL, KT_DATA_DIR)."""
+    os.execvpe(sys.executable, api_command(host, port), embedded_env(default_data_dir()))
+
+
+@app.command()
+def worker(hardware: str = typer.Option("cpu", help="hardware class: the queue kt.<hardware> it serves"),
+           device: str = typer.Option("cpu", help="device this worker evaluates on: cpu, cuda, cuda:N")) -> None:
+    """Run one worker (one per GPU) on the queue of its hardware class."""
+    env = embedded_env(default_data_dir(), {"KT_DEVICE": device})
+    os.execvpe(sys.executable, worker_command(hardware), env)
+
+
+@app.command()
+def up(port: int = 8765, data_dir: Optional[Path] = typer.Option(None, help="default ~/.kerneltune"),
+       workers: int = 1) -> None:
+    """Start the embedded service (SQLite + no-server broker) with local workers; Ctrl-C stops it."""
+    stack = EmbeddedStack(data_dir or default_data_dir(), port=port, workers=workers)
+    with console.status("starting API and worker..."):
+        stack.start()
+    console.print(f"kerneltune is up at [bold]{stack.url}[/bold] (data in {stack.data_dir}); Ctrl-C to stop")
+    try:
+        signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stack.stop()
+
+
+# --- variants and jobs -----------------------------------------------------------------------
+
+def _read_space(space: str | None) -> dict[str, Any] | None:
+    if space is None:
+        return None
+    text = Path(space[1:]).read_text() if space.startswith("@") else space
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        console.print(f"[red]error:[/red] --space is not valid JSON: {exc}")
+        raise typer.Exit(2)
+
+
+def _module_space(source: str) -> dict[str, Any] | None:
+    """CONFIG_SPACE / CONSTRAINTS literals from the module text, read without executing it."""
+    import ast
+
+    found: dict[str, Any] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            if node.targets[0].id in ("CONFIG_SPACE", "CONSTRAINTS"):
+                try:
+                    found[node.targets[0].id] = ast.literal_eval(node.value)
+                except ValueError:
+                    pass
+    if "CONFIG_SPACE" not in found:
+        return None
+    space = dict(found["CONFIG_SPACE"])
+    if found.get("CONSTRAINTS"):
+        space["constraints"] = list(found["CONSTRAINTS"])
+    return space
+
+
+def submit_variant(client: Client, file: Path, slot: str, language: str, space: dict[str, Any] | None,
+                   author: str, agent: str | None = None, parent: str | None = None, notes: str = "") -> dict[str, Any]:
+    source = file.read_text()
+    space = space if space is not None else (_module_space(source) or {})
+    return client.post("/v1/variants", {
+        "slot": slot, "language": language, "source": source, "config_space": space,
+        "provenance": {"author": author, "agent": agent, "parent_id": parent, "notes": notes},
+    })
+
+
+@app.command()
+def submit(file: Path = typer.Argument(..., exists=True, readable=True),
+           slot: str = typer.Option(...), language: str = "torch",
+           space: Optional[str] = typer.Option(None, help="JSON or @file; default: the module's CONFIG_SPACE"),
+           author: str = typer.Option(os.environ.get("USER", "anonymous")), agent: Optional[str] = None,
+           parent: Optional[str] = None, notes: str = "", api: Optional[str] = ApiOpt) -> None:
+    """Submit a variant module (defines build(config, shape))."""
+    try:
+        out = submit_variant(_client(api), file, slot, language, _read_space(space), author, agent, parent, notes)
+    except ApiError as exc:
+        _fail(exc)
+    word = "new variant" if out.get("created") else "already known"
+    console.print(f"{word} [bold]{out['id']}[/bold] sha256 {out['content_hash'][:16]}")
+
+
+def _job_body(variant: str, model: str, tp: int, batches: str, hardware: str, configs: str,
+              shapes: str | None, drafts: int) -> dict[str, Any]:
+    deployment: dict[str, Any] = {"tp": tp, "batch_sizes": [int(b) for b in batches.split(",")], "draft_tokens": drafts}
+    if model.endswith(".json") and Path(model).exists():
+        deployment["spec"] = json.loads(Path(model).read_text())
+    else:
+        deployment["spec"] = model
+    body: dict[str, Any] = {"variant_id": variant, "deployment": deployment, "hardware": hardware,
+                            "configs": "all" if configs == "all" else json.loads(configs)}
+    if shapes:
+        body["shapes"] = shapes.split(",")
+    return body
+
+
+@app.command()
+def evaluate(variant: str, model: str = typer.Option("kimi-k2-like", help="built-in spec name or a HF config.json path"),
+             tp: int = 8, batches: str = "1,2,4,8,16,32,64", hardware: str = "cpu",
+             configs: str = typer.Option("all", help="'all' or a JSON list of configs"),
+             shapes: Optional[str] = typer.Option(None, help="comma-separated shape names"),
+             drafts: int = 0, wait: bool = True, api: Optional[str] = ApiOpt) -> None:
+    """Start an evaluation job of a variant over a deployment."""
+    client = _client(api)
+    try:
+        job = client.post("/v1/jobs", _job_body(variant, model, tp, batches, hardware, configs, shapes, drafts))
+    except ApiError as exc:
+        _fail(exc)
+    console.print(f"job [bold]{job['id']}[/bold]: {job['progress']['total']} runs on kt.{hardware}")
+    if wait:
+        watch_job(client, job["id"])
+
+
+def watch_job(client: Client, job_id: str, timeout_s: float | None = None) -> dict[str, Any]:
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[verdicts]}"), TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task(f"job {job_id[:8]}", total=None, verdicts="")
+        while True:
+            job = client.get(f"/v1/jobs/{job_id}")
+            prog = job["progress"]
+            verdicts = " ".join(f"{k}={v}" for k, v in sorted(prog.get("by_verdict", {}).items()))
+            bar.update(task, total=prog["total"], completed=prog["done"], verdicts=verdicts)
+            if job["state"] in ("done", "cancelled"):
+                return job
+            if deadline is not None and time.monotonic() > deadline:
+                raise ApiError(0, f"job {job_id} not finished after {timeout_s:.0f} s ({prog['done']}/{prog['total']})")
+            time.sleep(0.5)
+
+
+@app.command()
+def status(job: str, api: Optional[str] = ApiOpt) -> None:
+    """Live progress of a job until it is done."""
+    try:
+        final = watch_job(_client(api), job)
+    except ApiError as exc:
+        _fail(exc)
+    console.print(f"job {job}: {final['state']}")
+
+
+@app.command()
+def cancel(job: str, api: Optional[str] = ApiOpt) -> None:
+    """Cancel a job's queued runs."""
+    try:
+        out = _client(api).post(f"/v1/jobs/{job}/cancel")
+    except ApiError as exc:
+        _fail(exc)
+    console.print(f"job {job}: {out['state']}")
+
+
+@app.command()
+def runs(job: str, verdict: Optional[str] = None, api: Optional[str] = ApiOpt) -> None:
+    """Every run of a job with its verdicts and numbers."""
+    try:
+        rows = _client(api).get(f"/v1/jobs/{job}/runs", verdict=verdict)
+    except ApiError as exc:
+        _fail(exc)
+    t = Table(title=f"runs of job {job[:8]}")
+    for col in ("shape", "M", "config", "status", "verdict", "us", "stock us", "speedup", "95% CI", "reason"):
+        t.add_column(col)
+    for r in rows:
+        ci = "-" if r.get("speedup_ci_lo") is None else f"{r['speedup_ci_lo']:.2f}-{r['speedup_ci_hi']:.2f}"
+        t.add_row(r["shape_name"], str(r["m"]), json.dumps(r["config"], separators=(",", ":")), r["status"],
+                  r.get("verdict") or "-", _fmt(r.get("median_us")), _fmt(r.get("baseline_median_us")),
+                  _fmt(r.get("speedup"), ".3f"), ci, (r.get("reason") or "")[:60])
+    console.print(t)
+
+
+def print_leaderboard(board: dict[str, Any] | list[dict[str, Any]]) -> None:
+    entries = board["entries"] if isinstance(board, dict) else board
+    t = Table(title="leaderboard (passing runs; speedup vs stock measured in the same run)")
+    for col in ("slot", "shape", "M", "rank", "variant", "config", "us", "stock us", "speedup", "95% CI",
+                "of floor", "lib"):
+        t.add_column(col)
+    for e in entries:
+        ci = "-" if e.get("speedup_ci_lo") is None else f"{e['speedup_ci_lo']:.2f}-{e['speedup_ci_hi']:.2f}"
+        t.add_row(e["slot"], e["shape_name"], str(e["m"]), str(e["rank"]), e["variant_id"][:8],
+                  json.dumps(e["config"], separators=(",", ":")), _fmt(e.get("median_us")),
+                  _fmt(e.get("baseline_median_us")), _fmt(e.get("speedup"), ".3f"), ci,
+                  _fmt(None if e.get("frac_of_floor") is None else 100 * e["frac_of_floor"], ".1f") + "%",
+                  "yes" if e.get("uses_library") else "")
+    console.print(t)
+
+
+@app.command()
+def leaderboard(slot: Optional[str] = None, hardware: Optional[str] = None, model: Optional[str] = None,
+                top: int = 3, api: Optional[str] = ApiOpt) -> None:
+    """Passing runs ranked per (shape, batch)."""
+    try:
+        board = _client(api).get("/v1/leaderboard", slot=slot, hardware=hardware, model=model, top=top)
+    except ApiError as exc:
+        _fail(exc)
+    print_leaderboard(board)
+
+
+@app.command()
+def winners(slot: Optional[str] = None, hardware: Optional[str] = None, api: Optional[str] = ApiOpt) -> None:
+    """The current winner per (slot, shape, batch bucket, hardware) with its evidence."""
+    try:
+        rows = _client(api).get("/v1/winners", slot=slot, hardware=hardware)
+    except ApiError as exc:
+        _fail(exc)
+    t = Table(title="winners")
+    for col in ("slot", "shape", "bucket", "hardware", "winner", "config", "us", "speedup", "95% CI"):
+        t.add_column(col)
+    for w in rows:
+        if w.get("is_stock"):
+            t.add_row(w["slot"], w["shape_key"], w["batch_bucket"], w["hardware"], "stock", "-", "-", "1.000", "-")
+            continue
+        ev = w.get("evidence") or {}
+        ci = "-" if ev.get("speedup_ci_lo") is None else f"{ev['speedup_ci_lo']:.2f}-{ev['speedup_ci_hi']:.2f}"
+        t.add_row(w["slot"], w["shape_key"], w["batch_bucket"], w["hardware"], (w.get("variant_id") or "")[:8],
+                  json.dumps(ev.get("config"), separators=(",", ":")), _fmt(ev.get("median_us")),
+                  _fmt(ev.get("speedup"), ".3f"), ci)
+    console.print(t)
+
+
+# --- the main job on the embedded default ------------------------------------------------------
+
+@app.command()
+def demo(port: int = 8765, data_dir: Optional[Path] = typer.Option(None, help="default ./.kerneltune/demo"),
+         shapes: str = typer.Option("q_b_proj,o_proj", help="dense_gemm shapes to evaluate"),
+         batches: str = "1,2,4,8,16,32,64", keep_running: bool = False) -> None:
+    """Start the embedded service and a CPU worker, submit the shipped torch dense_gemm variant
+    through the REST API, evaluate it at every batch size, and print the leaderboard."""
+    t0 = time.monotonic()
+    stack = EmbeddedStack(data_dir or Path.cwd() / ".kerneltune" / "demo", port=port)
+    with console.status("starting the embedded service (SQLite, filesystem broker) and a CPU worker..."):
+        stack.start()
+    console.print(f"service at {stack.url}, data in {stack.data_dir}")
+    try:
+        client = Client(stack.url)
+        variant = submit_variant(client, SHIPPED / "torch" / "dense_gemm_matmul.py", "dense_gemm", "torch",
+                                 None, author="kerneltune-demo", notes="shipped torch variant")
+        console.print(f"variant {variant['id'][:8]} submitted (sha256 {variant['content_hash'][:12]})")
+        job = client.post("/v1/jobs", _job_body(variant["id"], "kimi-k2-like", 8, batches, "cpu", "all", shapes, 0))
+        console.print(f"job {job['id'][:8]}: {job['progress']['total']} runs")
+        final = watch_job(client, job["id"], timeout_s=1800)
+        print_leaderboard(client.get("/v1/leaderboard", slot="dense_gemm", hardware="cpu", top=3))
+        done = final["progress"]["done"]
+        secs = time.monotonic() - t0
+        console.print(f"demo finished in {secs:.0f} s: {done} runs, "
+                      f"{final['progress'].get('by_verdict', {})}")
+        if keep_running:
+            console.print("service still running; Ctrl-C to stop")
+            signal.pause()
+    except ApiError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stack.stop()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""Celery tasks: thin. Claim the run in the DB, evaluate it in the sandbox, store the verdict.
+
+A task only carries a run id. Everything else (variant source, config, shape, M) is read from
+the database, so a redelivered message after a worker death does the same work, and the
+write-once result makes the second delivery a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from pathlib import Path
+
+from sqlalchemy.exc import OperationalError
+
+from db.queries import runs as run_queries
+from db.session import session_scope
+from workers.celery_app import app
+from workers.protocol import RunSpec
+from workers.sandbox import evaluate
+
+log = logging.getLogger("kerneltune.worker")
+
+
+def worker_device() -> str:
+    return os.environ.get("KT_DEVICE", "cpu")
+
+
+def _spec_for(run, timeout_s: float) -> RunSpec:
+    variant = run.variant
+    return RunSpec(
+        run_id=run.id, slot=variant.slot, language=variant.language, source=variant.source,
+        source_hash=variant.content_hash, config=run.config, shape=run.shape, m=run.m,
+        device=worker_device(), seed=run.seed, timeout_s=timeout_s,
+        declares_library=bool(variant.declares_library),
+    )
+
+
+@app.task(name="kt.evaluate_run", bind=True, acks_late=True, max_retries=20,
+          autoretry_for=(OperationalError,), retry_backoff=True, retry_backoff_max=60)
+def evaluate_run(self, run_id: str) -> str:
+    from service.settings import Settings  # read per task: tests change the environment
+
+    settings = Settings()
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    with session_scope() as session:
+        run = run_queries.claim_run(session, run_id, worker=worker,
+                                    lease_seconds=settings.run_timeout_s + 60)
+        if run is None:  # already done, cancelled, or leased by a live worker
+            return "skipped"
+        spec = _spec_for(run, settings.run_timeout_s)
+    log.info("evaluating run %s (%s M=%d) on %s", run_id, spec.shape.get("name"), spec.m, spec.device)
+    result = evaluate(spec, data_dir=Path(settings.data_dir))
+    with session_scope() as session:
+        wrote = run_queries.record_result(session, run_id, result.model_dump(mode="json"))
+    return result.verdict if wrote else "duplicate"
