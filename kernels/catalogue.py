@@ -12,18 +12,14 @@ class UnknownSlot(KeyError):
 
 
 def _build() -> dict[str, Slot]:
+    from kernels.slots.add_rmsnorm import AddRmsNorm
     from kernels.slots.dense_gemm import DenseGemm
+    from kernels.slots.moe_experts import MoeExperts
+    from kernels.slots.oproj_residual_norm import OprojResidualNorm
+    from kernels.slots.router import Router
+    from kernels.slots.shared_expert import SharedExpert
 
-    slots: list[Slot] = [DenseGemm()]
-    try:  # the remaining slots land module by module; each registers here
-        from kernels.slots.router import Router
-        from kernels.slots.moe_experts import MoeExperts
-        from kernels.slots.shared_expert import SharedExpert
-        from kernels.slots.oproj_residual_norm import OprojResidualNorm
-        from kernels.slots.add_rmsnorm import AddRmsNorm
-        slots += [Router(), MoeExperts(), SharedExpert(), OprojResidualNorm(), AddRmsNorm()]
-    except ImportError:
-        pass
+    slots: list[Slot] = [DenseGemm(), Router(), MoeExperts(), SharedExpert(), OprojResidualNorm(), AddRmsNorm()]
     return {s.name: s for s in slots}
 
 

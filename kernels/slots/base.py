@@ -195,3 +195,23 @@ class Slot(ABC):
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "inputs": list(self.input_names),
                 "weights": list(self.weight_names), "outputs": list(self.output_names)}
+
+
+# --- helpers shared by several slots -------------------------------------------------------------
+
+def norm_weight(n: int, gen: torch.Generator, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """An RMSNorm weight: values around 1 but not all ones (all ones would hide a missing multiply)."""
+    t = 0.5 + torch.rand((n,), generator=gen, dtype=torch.float32)  # uniform in [0.5, 1.5)
+    return t.to(device=device, dtype=dtype)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """rmsnorm(x) * weight over the last dim, in x's dtype (callers pass a high-precision x)."""
+    w = weight.to(x.dtype)
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * w
+
+
+def silu_mul(h: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up where h = [gate | up] along the last dim (vLLM's SiluAndMul)."""
+    i = h.shape[-1] // 2
+    return torch.nn.functional.silu(h[..., :i]) * h[..., i:]

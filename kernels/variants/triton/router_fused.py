@@ -1,0 +1,264 @@
+"""router in Triton: split-K / E-parallel gate GEMV into an fp32 logits workspace, then the
+DeepSeek-V3 noaux_tc grouped top-k epilogue.
+
+EPILOGUE="fused" (ONE launch): every CTA atomically adds its [BLOCK_M, BLOCK_E] partial logits
+into the fp32 workspace, then bumps an arrival counter (barrier + acq_rel, gpu scope); the CTA that
+arrives last reads the logits back with atomic_xchg(ws, 0) -- a read at L2 that also re-zeroes
+the workspace for the next call -- runs sigmoid/softmax + bias + group mask + top-k for every
+token, and resets the counter. No CTA ever waits on another, so it cannot deadlock whatever the
+occupancy (e.g. beside the shared expert on another stream).
+EPILOGUE="separate" (TWO launches): same GEMV without the counter, then one CTA per EPI_M tokens
+runs the epilogue (better for M >= 16, where one CTA doing 64 rows of top-k is the tail).
+The workspace (zeroed once at first call) is self-cleaning: every element that a call adds to is
+exchanged back to 0 by that call's epilogue. CUDA-graph capturable: no host sync, no allocation
+after the first call.
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+CONFIG_SPACE = {
+    "BLOCK_E": [16, 32, 64],
+    "BLOCK_K": [64, 128, 256],
+    "SPLIT_K": [1, 2, 4, 8, 16],
+    "BLOCK_M": [16, 32, 64],
+    "EPILOGUE": ["fused", "separate"],
+    "EPI_M": [1, 2, 4, 8],
+    "num_warps": [2, 4, 8],
+    "num_stages": [2, 3, 4],
+}
+CONSTRAINTS = [
+    "BLOCK_M <= max(16, M)",
+    "BLOCK_K * SPLIT_K <= K",
+    "EPI_M <= max(1, M)",
+    "BLOCK_E * BLOCK_K <= 16384",
+]
+DEFAULT_CONFIG = {"BLOCK_E": 16, "BLOCK_K": 128, "SPLIT_K": 8, "BLOCK_M": 16, "EPILOGUE": "fused",
+                  "EPI_M": 4, "num_warps": 4, "num_stages": 3}
+CLAIMS = {"ptx_contains": ["atom.global.gpu.acq_rel.add", "atom.global.gpu.relaxed.add", "mma.sync"]}
+USES_LIBRARY = False
+
+NEG_INF = float("-inf")
+
+
+@triton.jit
+def _route_rows(ws_ptr, bias_ptr, ids_ptr, wts_ptr, m0, M, scaling,
+                E: tl.constexpr, E_PAD: tl.constexpr, EPI_M: tl.constexpr,
+                TOP_K: tl.constexpr, TOP_K_PAD: tl.constexpr, N_GROUP: tl.constexpr,
+                TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
+                NORM: tl.constexpr, INTERPRET: tl.constexpr):
+    offs_m = m0 + tl.arange(0, EPI_M)
+    offs_e = tl.arange(0, E_PAD)
+    row_ok = offs_m < M
+    col_ok = offs_e < E
+    mask2 = row_ok[:, None] & col_ok[None, :]
+    # read the logits and re-zero the workspace in one L2 operation
+    wsp = ws_ptr + offs_m[:, None] * E + offs_e[None, :]
+    zero = tl.zeros([EPI_M, E_PAD], dtype=tl.float32)
+    if INTERPRET:  # the interpreter has no fp32 atomic_xchg; programs run one at a time there
+        logit = tl.load(wsp, mask=mask2, other=0.0)
+        tl.store(wsp, zero, mask=mask2)
+    else:
+        logit = tl.atomic_xchg(wsp, zero, mask=mask2, sem="acq_rel", scope="gpu")
+    logit = tl.where(mask2, logit, float("-inf"))
+    if SOFTMAX:
+        mx = tl.max(logit, axis=1)
+        mx = tl.where(row_ok, mx, 0.0)
+        p = tl.exp(logit - mx[:, None])
+        p = tl.where(mask2, p, 0.0)
+        den = tl.sum(p, axis=1)
+        den = tl.where(den > 0, den, 1.0)
+        scores = p / den[:, None]
+    else:
+        scores = 1.0 / (1.0 + tl.exp(-logit))
+        scores = tl.where(mask2, scores, 0.0)
+    bias = tl.load(bias_ptr + offs_e, mask=col_ok, other=0.0).to(tl.float32)
+    choice = tl.where(mask2, scores + bias[None, :], float("-inf"))
+    masked = choice
+    if N_GROUP > 1:
+        GS: tl.constexpr = E // N_GROUP
+        gid = offs_e // GS
+        gcol = tl.arange(0, NG_PAD)
+        gsc = tl.full([EPI_M, NG_PAD], float("-inf"), tl.float32)
+        for g in tl.static_range(N_GROUP):
+            v = tl.where((gid == g)[None, :], choice, float("-inf"))
+            m1 = tl.max(v, axis=1)
+            i1 = tl.argmax(v, axis=1)
+            v2 = tl.where(offs_e[None, :] == i1[:, None], float("-inf"), v)
+            m2 = tl.max(v2, axis=1)
+            gsc = tl.where(gcol[None, :] == g, (m1 + m2)[:, None], gsc)
+        keep = tl.zeros([EPI_M, E_PAD], dtype=tl.int1)
+        for _ in tl.static_range(TOPK_GROUP):
+            gi = tl.argmax(gsc, axis=1)
+            keep = keep | (gid[None, :] == gi[:, None])
+            gsc = tl.where(gcol[None, :] == gi[:, None], float("-inf"), gsc)
+        masked = tl.where(keep, choice, float("-inf"))
+    kcol = tl.arange(0, TOP_K_PAD)
+    ids_t = tl.zeros([EPI_M, TOP_K_PAD], dtype=tl.int32)
+    w_t = tl.zeros([EPI_M, TOP_K_PAD], dtype=tl.float32)
+    for i in tl.static_range(TOP_K):
+        idx = tl.argmax(masked, axis=1)
+        sel = offs_e[None, :] == idx[:, None]
+        sc = tl.sum(tl.where(sel, scores, 0.0), axis=1)
+        ids_t = tl.where(kcol[None, :] == i, idx[:, None].to(tl.int32), ids_t)
+        w_t = tl.where(kcol[None, :] == i, sc[:, None], w_t)
+        masked = tl.where(sel, float("-inf"), masked)
+    if NORM:
+        s = tl.sum(w_t, axis=1)
+        s = tl.where(s > 0, s, 1.0)
+        w_t = w_t / s[:, None]
+    w_t = w_t * scaling
+    omask = row_ok[:, None] & (kcol < TOP_K)[None, :]
+    optr = offs_m[:, None] * TOP_K + kcol[None, :]
+    tl.store(ids_ptr + optr, ids_t, mask=omask)
+    tl.store(wts_ptr + optr, w_t, mask=omask)
+
+
+@triton.jit
+def router_gemv_kernel(x_ptr, w_ptr, bias_ptr, ws_ptr, counter_ptr, ids_ptr, wts_ptr,
+                       M, stride_xm, scaling,
+                       K: tl.constexpr, E: tl.constexpr, K_SPLIT: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
+                       FUSED_EPI: tl.constexpr, E_PAD: tl.constexpr, EPI_M: tl.constexpr,
+                       TOP_K: tl.constexpr, TOP_K_PAD: tl.constexpr, N_GROUP: tl.constexpr,
+                       TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
+                       NORM: tl.constexpr, M_LOOP: tl.constexpr, INTERPRET: tl.constexpr):
+    pid_e = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    pid_m = tl.program_id(2)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_e = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
+    m_ok = offs_m < M
+    e_ok = offs_e < E
+    acc = tl.zeros([BLOCK_M, BLOCK_E], dtype=tl.float32)
+    k_lo = pid_k * K_SPLIT
+    for kk in range(0, K_SPLIT, BLOCK_K):
+        offs_k = k_lo + kk + tl.arange(0, BLOCK_K)
+        k_ok = offs_k < K
+        a = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(w_ptr + offs_e[:, None] * K + offs_k[None, :], mask=e_ok[:, None] & k_ok[None, :], other=0.0)
+        if INTERPRET:
+            acc += tl.dot(a.to(tl.float32), tl.trans(b.to(tl.float32)))
+        else:
+            acc += tl.dot(a, tl.trans(b))
+    tl.atomic_add(ws_ptr + offs_m[:, None] * E + offs_e[None, :], acc,
+                  mask=m_ok[:, None] & e_ok[None, :], sem="relaxed", scope="gpu")
+    if FUSED_EPI:
+        n_ctas = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+        if arrived == n_ctas - 1:
+            for m0 in range(0, M_LOOP, EPI_M):  # M_LOOP: the build's M (constexpr bound)
+                _route_rows(ws_ptr, bias_ptr, ids_ptr, wts_ptr, m0, M, scaling, E, E_PAD, EPI_M,
+                            TOP_K, TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM, INTERPRET)
+            tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def router_epilogue_kernel(ws_ptr, bias_ptr, ids_ptr, wts_ptr, M, scaling,
+                           E: tl.constexpr, E_PAD: tl.constexpr, EPI_M: tl.constexpr,
+                           TOP_K: tl.constexpr, TOP_K_PAD: tl.constexpr, N_GROUP: tl.constexpr,
+                           TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
+                           NORM: tl.constexpr, INTERPRET: tl.constexpr):
+    m0 = tl.program_id(0) * EPI_M
+    _route_rows(ws_ptr, bias_ptr, ids_ptr, wts_ptr, m0, M, scaling, E, E_PAD, EPI_M,
+                TOP_K, TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM, INTERPRET)
+
+
+def _np2(n):
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _full_config(config):
+    cfg = dict(DEFAULT_CONFIG)
+    cfg.update(config or {})
+    return cfg
+
+
+def _consts(cfg, shape, interpret):
+    E, K, top_k = int(shape["E"]), int(shape["K"]), int(shape["top_k"])
+    n_group = int(shape.get("n_group", 1) or 1)
+    topk_group = int(shape.get("topk_group", 1) or 1)
+    if n_group > 1 and (E % n_group or E // n_group < 2):
+        raise ValueError(f"E={E} does not split into {n_group} groups of >= 2 experts")
+    split = int(cfg["SPLIT_K"])
+    bk = int(cfg["BLOCK_K"])
+    k_split = triton.cdiv(triton.cdiv(K, split), bk) * bk
+    epi = dict(E=E, E_PAD=_np2(E), EPI_M=int(cfg["EPI_M"]), TOP_K=top_k, TOP_K_PAD=_np2(top_k),
+               N_GROUP=n_group, TOPK_GROUP=topk_group, NG_PAD=_np2(max(n_group, 2)),
+               SOFTMAX=shape.get("scoring", "sigmoid") == "softmax", NORM=bool(shape.get("norm", True)),
+               INTERPRET=interpret)
+    gemv = dict(K=K, E=E, K_SPLIT=k_split, BLOCK_M=int(cfg["BLOCK_M"]), BLOCK_E=int(cfg["BLOCK_E"]),
+                BLOCK_K=bk, FUSED_EPI=cfg["EPILOGUE"] == "fused",
+                M_LOOP=max(1, int(shape["M"])),
+                **{k: v for k, v in epi.items() if k != "E"})
+    grid = (triton.cdiv(E, int(cfg["BLOCK_E"])), triton.cdiv(K, k_split))
+    return gemv, epi, grid
+
+
+def build(config, shape):
+    cfg = _full_config(config)
+    M = int(shape["M"])
+    E, top_k = int(shape["E"]), int(shape["top_k"])
+    scaling = float(shape.get("scaling", 1.0))
+    nw, ns = int(cfg["num_warps"]), int(cfg["num_stages"])
+    state = {}
+
+    def run(x, w, bias, topk_ids, topk_weights):
+        interpret = x.device.type == "cpu"
+        key = (x.device, interpret)
+        st = state.get(key)
+        if st is None:  # first call on this device: workspaces (zeroed once, self-cleaning after)
+            gemv, epi, grid = _consts(cfg, shape, interpret)
+            st = state[key] = {
+                "ws": torch.zeros((max(M, 1) * E,), device=x.device, dtype=torch.float32),
+                "counter": torch.zeros((1,), device=x.device, dtype=torch.int32),
+                "gemv": gemv, "epi": epi, "grid": grid}
+        m = x.shape[0]
+        gemv, epi = st["gemv"], st["epi"]
+        grid = (*st["grid"], triton.cdiv(m, gemv["BLOCK_M"]))
+        router_gemv_kernel[grid](x, w, bias, st["ws"], st["counter"], topk_ids, topk_weights,
+                                 m, x.stride(0), scaling, num_warps=nw, num_stages=ns, **gemv)
+        if not gemv["FUSED_EPI"]:
+            router_epilogue_kernel[(triton.cdiv(m, epi["EPI_M"]),)](
+                st["ws"], bias, topk_ids, topk_weights, m, scaling, num_warps=nw, **epi)
+
+    return run
+
+
+# --- ahead-of-time PTX, no GPU -----------------------------------------------------------------
+
+def _aot(kernel, types, consts, num_warps, num_stages, arch, aligned=()):
+    """PTX for one kernel, specialised as the JIT would at run time: pointers (torch allocations)
+    and the ints in ``aligned`` (strides that are multiples of 16) carry tt.divisibility=16."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    cap = int("".join(ch for ch in str(arch) if ch.isdigit()) or 90)
+    sig, attrs = {}, {}
+    for i, name in enumerate(kernel.arg_names):
+        if name in consts:
+            sig[name] = "constexpr"
+            continue
+        sig[name] = types[name]
+        if types[name].startswith("*") or name in aligned:
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(kernel, sig, consts, attrs)
+    out = triton.compile(src, target=GPUTarget("cuda", cap, 32),
+                         options={"num_warps": num_warps, "num_stages": num_stages})
+    return out.asm["ptx"]
+
+
+def compile_ptx(config, shape, arch="sm_90a"):
+    cfg = _full_config(config)
+    gemv, epi, _ = _consts(cfg, shape, False)
+    nw, ns = int(cfg["num_warps"]), int(cfg["num_stages"])
+    types = {"x_ptr": "*bf16", "w_ptr": "*bf16", "bias_ptr": "*fp32", "ws_ptr": "*fp32",
+             "counter_ptr": "*i32", "ids_ptr": "*i32", "wts_ptr": "*fp32", "M": "i32",
+             "stride_xm": "i32", "scaling": "fp32"}
+    ptx = _aot(router_gemv_kernel, types, gemv, nw, ns, arch, aligned=("stride_xm",))
+    if not gemv["FUSED_EPI"]:
+        ptx += "\n" + _aot(router_epilogue_kernel, types, epi, nw, ns, arch)
+    return ptx
