@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kernels.variant_meta import declared_space
 from service.client import ApiError, Client
 from service.embedded import EmbeddedStack, api_command, default_data_dir, embedded_env, worker_command
 
@@ -84,30 +85,10 @@ def _read_space(space: str | None) -> dict[str, Any] | None:
         raise typer.Exit(2)
 
 
-def _module_space(source: str) -> dict[str, Any] | None:
-    """CONFIG_SPACE / CONSTRAINTS literals from the module text, read without executing it."""
-    import ast
-
-    found: dict[str, Any] = {}
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            if node.targets[0].id in ("CONFIG_SPACE", "CONSTRAINTS"):
-                try:
-                    found[node.targets[0].id] = ast.literal_eval(node.value)
-                except ValueError:
-                    pass
-    if "CONFIG_SPACE" not in found:
-        return None
-    space = dict(found["CONFIG_SPACE"])
-    if found.get("CONSTRAINTS"):
-        space["constraints"] = list(found["CONSTRAINTS"])
-    return space
-
-
 def submit_variant(client: Client, file: Path, slot: str, language: str, space: dict[str, Any] | None,
                    author: str, agent: str | None = None, parent: str | None = None, notes: str = "") -> dict[str, Any]:
     source = file.read_text()
-    space = space if space is not None else (_module_space(source) or {})
+    space = space if space is not None else (declared_space(source) or {})
     return client.post("/v1/variants", {
         "slot": slot, "language": language, "source": source, "config_space": space,
         "provenance": {"author": author, "agent": agent, "parent_id": parent, "notes": notes},

@@ -39,6 +39,7 @@ CONSTRAINTS = [
     "BLOCK_K * SPLIT_K <= K",
     "BLOCK_N <= N",
     "BLOCK_N * BLOCK_K <= 32768",        # W tile in registers / shared memory per stage
+    "num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * 2 <= 196608",  # pipelined tiles fit Hopper smem
 ]
 DEFAULT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 4, "num_warps": 4, "num_stages": 3}
 

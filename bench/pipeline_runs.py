@@ -1,0 +1,169 @@
+"""Run the worker's real evaluation (workers.sandbox.evaluate: compile -> check -> bench in a
+sandboxed child) over shipped variants, shapes and batch sizes, and write a results file.
+
+This is the script for the lent H200 (no Redis there: it calls the evaluation entry point the
+Celery task calls). Every row is one RunResult; timings are ratios against the stock baseline
+measured in the same child, and fractions of the HBM floor from the bandwidth measured on the device.
+
+    python bench/pipeline_runs.py --what dense-gemm --device cuda \
+        --variants kernels/variants/triton/dense_gemm_splitk.py --configs default --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from kernels.backends.base import source_hash  # noqa: E402
+from kernels.catalogue import get_slot  # noqa: E402
+from kernels.deployment import Deployment, batch_bucket  # noqa: E402
+from kernels.variant_meta import declared_literals, declared_space  # noqa: E402
+from search.space import ConfigSpace  # noqa: E402
+from workers.protocol import BenchSettings, RunSpec  # noqa: E402
+from workers.sandbox import evaluate  # noqa: E402
+
+LANG_BY_DIR = {"torch": "torch", "triton": "triton", "cute": "cute"}
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return os.environ.get("KT_COMMIT", "unknown")
+
+
+def slot_of(path: Path) -> str:
+    name = path.stem
+    for slot in ("dense_gemm", "router", "moe_experts", "shared_expert", "oproj_residual_norm", "add_rmsnorm"):
+        if name.startswith(slot):
+            return slot
+    raise SystemExit(f"cannot tell the slot of {path}: name it <slot>_<what>.py")
+
+
+def configs_for(source: str, shape_arg: dict[str, Any], mode: str, rng: random.Random) -> list[dict[str, Any]]:
+    space_json = declared_space(source)
+    if not space_json:
+        return [{}]
+    space = ConfigSpace.parse(space_json)
+    if mode == "default":
+        default = declared_literals(source).get("DEFAULT_CONFIG")
+        if default is not None and space.is_valid(default, shape_arg):
+            return [dict(default)]
+        return [next(iter(space.points(shape_arg)))]
+    points = list(space.points(shape_arg))
+    if mode == "all":
+        return points
+    n = int(mode)
+    return points if len(points) <= n else rng.sample(points, n)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--what", required=True, help="name for the results file")
+    ap.add_argument("--variants", required=True, help="comma-separated variant files")
+    ap.add_argument("--configs", default="default", help="default | all | N (random sample of valid points)")
+    ap.add_argument("--model", default="kimi-k2-like")
+    ap.add_argument("--tp", type=int, default=8)
+    ap.add_argument("--batches", default="1,2,4,8,16,32,64")
+    ap.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--hardware", default="h200", help="hardware class for the file name")
+    ap.add_argument("--timeout", type=float, default=180.0)
+    ap.add_argument("--min-time", type=float, default=0.3, help="bench seconds per run")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--out", default=os.environ.get("OUT", str(REPO / "bench" / "results")))
+    ap.add_argument("--data-dir", default=os.environ.get("KT_DATA_DIR", str(Path.home() / ".kerneltune")))
+    args = ap.parse_args()
+
+    rng = random.Random(args.seed)
+    dep = Deployment(spec=args.model, tp=args.tp, batch_sizes=[int(b) for b in args.batches.split(",")])
+    wanted = {s for s in args.shapes.split(",") if s}
+    rows: list[dict[str, Any]] = []
+    t_start = time.monotonic()
+    fingerprint: dict[str, Any] = {}
+    for vpath in [Path(p) for p in args.variants.split(",")]:
+        source = vpath.read_text()
+        slot = get_slot(slot_of(vpath))
+        language = LANG_BY_DIR[vpath.parent.name]
+        uses_library = bool(declared_literals(source).get("USES_LIBRARY", False))
+        for shape in slot.shapes(dep):
+            if wanted and shape.name not in wanted:
+                continue
+            for m in dep.token_counts():
+                for config in configs_for(source, shape.as_build_arg(m), args.configs, rng):
+                    spec = RunSpec(run_id=str(uuid.uuid4()), slot=slot.name, language=language, source=source,
+                                   source_hash=source_hash(source), config=config, shape=shape.to_json(), m=m,
+                                   device=args.device, seed=rng.randrange(2**31), timeout_s=args.timeout,
+                                   declares_library=uses_library,
+                                   bench=BenchSettings(min_time_s=args.min_time))
+                    res = evaluate(spec, data_dir=Path(args.data_dir))
+                    fingerprint = fingerprint or res.fingerprint
+                    b = res.bench
+                    row = {
+                        "variant": vpath.name, "language": language, "slot": slot.name, "shape": shape.name,
+                        "shape_key": shape.key, "M": m, "bucket": batch_bucket(m), "config": config,
+                        "verdict": res.verdict, "reason_code": res.reason_code, "reason": res.reason[:300],
+                        "compile_s": res.compile.seconds if res.compile else None,
+                        "compile_cache_hit": res.compile.cache_hit if res.compile else None,
+                        "check_trials": [t.model_dump() for t in res.check.trials] if res.check else [],
+                        "child_wall_s": res.child_wall_s, "uses_library": res.uses_library,
+                    }
+                    if b is not None:
+                        row.update(median_us=b.median_us, p10_us=b.p10_us, p90_us=b.p90_us, cv=b.cv,
+                                   baseline_median_us=b.baseline_median_us, baseline_cv=b.baseline_cv,
+                                   speedup=b.speedup, speedup_ci=[b.speedup_ci_lo, b.speedup_ci_hi],
+                                   floor_us=b.floor_us, frac_of_floor=b.frac_of_floor,
+                                   bandwidth_gbs=b.bandwidth_gbs, timer=b.timer, n=b.n)
+                    rows.append(row)
+                    sp = f"{b.speedup:.2f}x [{b.speedup_ci_lo:.2f},{b.speedup_ci_hi:.2f}] {100*b.frac_of_floor:.0f}%floor" if b else ""
+                    print(f"{vpath.name:34s} {shape.name:12s} M={m:3d} {json.dumps(config, separators=(',', ':'))[:60]:60s} "
+                          f"{res.verdict:14s} {res.reason_code:18s} {sp}", flush=True)
+
+    date = dt.date.today().isoformat()
+    header = {
+        "what": f"kerneltune pipeline runs: {args.what}", "date": date,
+        "device": fingerprint.get("name") or args.device, "hardware": args.hardware,
+        "fingerprint": fingerprint, "commit": git_commit(), "command": " ".join(sys.argv),
+        "deployment": dep.model_dump(), "wall_s": round(time.monotonic() - t_start, 1),
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"{date}-{args.hardware}-{args.what}"
+    (out / f"{stem}.json").write_text(json.dumps({**header, "rows": rows}, indent=1, default=str))
+    (out / f"{stem}.md").write_text(markdown(header, rows))
+    print(f"wrote {out / stem}.json and .md ({len(rows)} runs, {header['wall_s']} s)")
+
+
+def markdown(header: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    lines = [f"# {header['what']}", "",
+             f"- date: {header['date']}; device: {header['device']}; commit: `{header['commit']}`",
+             f"- command: `{header['command']}`", "",
+             "| variant | shape | M | config | verdict | us | stock us | speedup [95% CI] | of HBM floor |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if r.get("median_us") is not None:
+            nums = (f"{r['median_us']:.2f} | {r['baseline_median_us']:.2f} | {r['speedup']:.2f} "
+                    f"[{r['speedup_ci'][0]:.2f}, {r['speedup_ci'][1]:.2f}] | {100 * r['frac_of_floor']:.0f}%")
+        else:
+            nums = "- | - | - | -"
+        verdict = r["verdict"] + (f" ({r['reason_code']})" if r["reason_code"] else "")
+        lines.append(f"| {r['variant']} | {r['shape']} | {r['M']} | `{json.dumps(r['config'], separators=(',', ':'))}` "
+                     f"| {verdict} | {nums} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
