@@ -110,7 +110,7 @@ def submit(file: Path = typer.Argument(..., exists=True, readable=True),
     console.print(f"{word} [bold]{out['id']}[/bold] sha256 {out['content_hash'][:16]}")
 
 
-def _job_body(variant: str, model: str, tp: int, batches: str, hardware: str, configs: str,
+def _job_body(variant: int | str, model: str, tp: int, batches: str, hardware: str, configs: str,
               shapes: str | None, drafts: int) -> dict[str, Any]:
     deployment: dict[str, Any] = {"tp": tp, "batch_sizes": [int(b) for b in batches.split(",")], "draft_tokens": drafts}
     if model.endswith(".json") and Path(model).exists():
@@ -133,19 +133,22 @@ def evaluate(variant: str, model: str = typer.Option("kimi-k2-like", help="built
     """Start an evaluation job of a variant over a deployment."""
     client = _client(api)
     try:
-        job = client.post("/v1/jobs", _job_body(variant, model, tp, batches, hardware, configs, shapes, drafts))
+        created = client.post("/v1/jobs", _job_body(variant, model, tp, batches, hardware, configs, shapes, drafts))
     except ApiError as exc:
         _fail(exc)
-    console.print(f"job [bold]{job['id']}[/bold]: {job['progress']['total']} runs on kt.{hardware}")
+    job = created["job"]
+    console.print(f"job [bold]{job['id']}[/bold]: {created['runs']} runs on {job['queue']}")
+    if not created["enqueued"]:
+        console.print(f"[yellow]not enqueued yet[/yellow] ({created.get('enqueue_error')}); the sweeper retries")
     if wait:
         watch_job(client, job["id"])
 
 
-def watch_job(client: Client, job_id: str, timeout_s: float | None = None) -> dict[str, Any]:
+def watch_job(client: Client, job_id: int | str, timeout_s: float | None = None) -> dict[str, Any]:
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[verdicts]}"), TimeElapsedColumn(), console=console) as bar:
-        task = bar.add_task(f"job {job_id[:8]}", total=None, verdicts="")
+        task = bar.add_task(f"job {job_id}", total=None, verdicts="")
         while True:
             job = client.get(f"/v1/jobs/{job_id}")
             prog = job["progress"]
@@ -185,7 +188,7 @@ def runs(job: str, verdict: Optional[str] = None, api: Optional[str] = ApiOpt) -
         rows = _client(api).get(f"/v1/jobs/{job}/runs", verdict=verdict)
     except ApiError as exc:
         _fail(exc)
-    t = Table(title=f"runs of job {job[:8]}")
+    t = Table(title=f"runs of job {job}")
     for col in ("shape", "M", "config", "status", "verdict", "us", "stock us", "speedup", "95% CI", "reason"):
         t.add_column(col)
     for r in rows:
@@ -196,19 +199,19 @@ def runs(job: str, verdict: Optional[str] = None, api: Optional[str] = ApiOpt) -
     console.print(t)
 
 
-def print_leaderboard(board: dict[str, Any] | list[dict[str, Any]]) -> None:
-    entries = board["entries"] if isinstance(board, dict) else board
+def print_leaderboard(groups: list[dict[str, Any]]) -> None:
     t = Table(title="leaderboard (passing runs; speedup vs stock measured in the same run)")
     for col in ("slot", "shape", "M", "rank", "variant", "config", "us", "stock us", "speedup", "95% CI",
                 "of floor", "lib"):
         t.add_column(col)
-    for e in entries:
-        ci = "-" if e.get("speedup_ci_lo") is None else f"{e['speedup_ci_lo']:.2f}-{e['speedup_ci_hi']:.2f}"
-        t.add_row(e["slot"], e["shape_name"], str(e["m"]), str(e["rank"]), e["variant_id"][:8],
-                  json.dumps(e["config"], separators=(",", ":")), _fmt(e.get("median_us")),
-                  _fmt(e.get("baseline_median_us")), _fmt(e.get("speedup"), ".3f"), ci,
-                  _fmt(None if e.get("frac_of_floor") is None else 100 * e["frac_of_floor"], ".1f") + "%",
-                  "yes" if e.get("uses_library") else "")
+    for g in groups:
+        for e in g["entries"]:
+            ci = "-" if e.get("speedup_ci_lo") is None else f"{e['speedup_ci_lo']:.2f}-{e['speedup_ci_hi']:.2f}"
+            floor = "-" if e.get("frac_of_floor") is None else f"{100 * e['frac_of_floor']:.1f}%"
+            t.add_row(g["slot"], g["shape_name"], str(g["m"]), str(e["rank"]),
+                      f"{e['variant_id']} ({e['language']})", json.dumps(e["config"], separators=(",", ":")),
+                      _fmt(e.get("median_us")), _fmt(e.get("baseline_median_us")), _fmt(e.get("speedup"), ".3f"),
+                      ci, floor, "yes" if e.get("uses_library") else "")
     console.print(t)
 
 
@@ -217,7 +220,7 @@ def leaderboard(slot: Optional[str] = None, hardware: Optional[str] = None, mode
                 top: int = 3, api: Optional[str] = ApiOpt) -> None:
     """Passing runs ranked per (shape, batch)."""
     try:
-        board = _client(api).get("/v1/leaderboard", slot=slot, hardware=hardware, model=model, top=top)
+        board = _client(api).get("/v1/leaderboard", slot=slot, hardware=hardware, model=model, per_group=top)
     except ApiError as exc:
         _fail(exc)
     print_leaderboard(board)
@@ -235,11 +238,11 @@ def winners(slot: Optional[str] = None, hardware: Optional[str] = None, api: Opt
         t.add_column(col)
     for w in rows:
         if w.get("is_stock"):
-            t.add_row(w["slot"], w["shape_key"], w["batch_bucket"], w["hardware"], "stock", "-", "-", "1.000", "-")
+            t.add_row(w["slot"], w["shape_name"], w["batch_bucket"], w["hardware"], "stock", "-", "-", "1.000", "-")
             continue
         ev = w.get("evidence") or {}
         ci = "-" if ev.get("speedup_ci_lo") is None else f"{ev['speedup_ci_lo']:.2f}-{ev['speedup_ci_hi']:.2f}"
-        t.add_row(w["slot"], w["shape_key"], w["batch_bucket"], w["hardware"], (w.get("variant_id") or "")[:8],
+        t.add_row(w["slot"], w["shape_name"], w["batch_bucket"], w["hardware"], str(ev.get("variant_id")),
                   json.dumps(ev.get("config"), separators=(",", ":")), _fmt(ev.get("median_us")),
                   _fmt(ev.get("speedup"), ".3f"), ci)
     console.print(t)
@@ -262,11 +265,12 @@ def demo(port: int = 8765, data_dir: Optional[Path] = typer.Option(None, help="d
         client = Client(stack.url)
         variant = submit_variant(client, SHIPPED / "torch" / "dense_gemm_matmul.py", "dense_gemm", "torch",
                                  None, author="kerneltune-demo", notes="shipped torch variant")
-        console.print(f"variant {variant['id'][:8]} submitted (sha256 {variant['content_hash'][:12]})")
-        job = client.post("/v1/jobs", _job_body(variant["id"], "kimi-k2-like", 8, batches, "cpu", "all", shapes, 0))
-        console.print(f"job {job['id'][:8]}: {job['progress']['total']} runs")
+        console.print(f"variant {variant['id']} submitted (sha256 {variant['content_hash'][:12]})")
+        created = client.post("/v1/jobs", _job_body(variant["id"], "kimi-k2-like", 8, batches, "cpu", "all", shapes, 0))
+        job = created["job"]
+        console.print(f"job {job['id']}: {created['runs']} runs")
         final = watch_job(client, job["id"], timeout_s=1800)
-        print_leaderboard(client.get("/v1/leaderboard", slot="dense_gemm", hardware="cpu", top=3))
+        print_leaderboard(client.get("/v1/leaderboard", slot="dense_gemm", hardware="cpu", per_group=3))
         done = final["progress"]["done"]
         secs = time.monotonic() - t0
         console.print(f"demo finished in {secs:.0f} s: {done} runs, "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 from pathlib import Path
 
 from sqlalchemy.exc import OperationalError
@@ -37,6 +38,32 @@ def _spec_for(run, timeout_s: float) -> RunSpec:
     )
 
 
+class LeaseHeartbeat(threading.Thread):
+    """Renews the run's lease while it is evaluated: if this worker dies, the lease runs out and
+    the sweeper hands the run to another worker."""
+
+    def __init__(self, run_id: str, worker: str, lease_seconds: float):
+        super().__init__(daemon=True, name=f"lease-{run_id[:8]}")
+        self.run_id, self.worker, self.lease_seconds = run_id, worker, lease_seconds
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(self.lease_seconds / 3):
+            try:
+                with session_scope() as session:
+                    run_queries.renew_lease(session, self.run_id, self.worker, self.lease_seconds)
+            except OperationalError:
+                log.warning("could not renew the lease of run %s; retrying", self.run_id)
+
+    def __enter__(self) -> "LeaseHeartbeat":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self.join(timeout=5)
+
+
 @app.task(name="kt.evaluate_run", bind=True, acks_late=True, max_retries=20,
           autoretry_for=(OperationalError,), retry_backoff=True, retry_backoff_max=60)
 def evaluate_run(self, run_id: str) -> str:
@@ -45,13 +72,13 @@ def evaluate_run(self, run_id: str) -> str:
     settings = Settings()
     worker = f"{socket.gethostname()}:{os.getpid()}"
     with session_scope() as session:
-        run = run_queries.claim_run(session, run_id, worker=worker,
-                                    lease_seconds=settings.run_timeout_s + 60)
+        run = run_queries.claim_run(session, run_id, worker=worker, lease_seconds=settings.running_lease_seconds)
         if run is None:  # already done, cancelled, or leased by a live worker
             return "skipped"
         spec = _spec_for(run, settings.run_timeout_s)
     log.info("evaluating run %s (%s M=%d) on %s", run_id, spec.shape.get("name"), spec.m, spec.device)
-    result = evaluate(spec, data_dir=Path(settings.data_dir))
+    with LeaseHeartbeat(run_id, worker, settings.running_lease_seconds):
+        result = evaluate(spec, data_dir=Path(settings.data_dir))
     with session_scope() as session:
         wrote = run_queries.record_result(session, run_id, result.model_dump(mode="json"))
     return result.verdict if wrote else "duplicate"

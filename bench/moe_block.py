@@ -1,0 +1,242 @@
+"""MoE block of one decode layer (Kimi-K2-like, TP8) on one GPU: stock torch vs the Triton slot kernels.
+
+    add_rmsnorm -> router -> routed experts (+ shared expert, optionally on a side stream) -> sum
+
+Each path is captured as ONE CUDA graph per batch size and timed by graph replay (median of many
+replays, stock and tuned interleaved); kernel launches per graph are counted with torch.profiler on
+one replay; the tuned output is checked against the stock output (rel-L2, and the fraction of
+tokens whose top-k set matches). Writes $OUT/moe_block.json (or ./moe_block.json).
+
+Stock routed experts: vLLM's ``fused_experts`` (Triton fused_moe) when vllm is importable; otherwise
+torch's per-expert loop (host sync: cannot be graph-captured), timed eagerly and marked so.
+
+    python bench/moe_block.py [--configs tuned.json] [--batches 1,2,4,8,16,32,64] [--side-stream]
+
+tuned.json: {"router": {...}, "moe_experts": {"1": {...}, "16": {...}}, ...}: a slot maps to one config
+or to configs keyed by batch (the largest key <= M is used, else the smallest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import pathlib
+import statistics
+import sys
+
+try:
+    import torch
+    import triton  # noqa: F401
+except ImportError as exc:  # pragma: no cover
+    sys.exit(f"moe_block.py needs torch and triton on a CUDA machine: {exc}")
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+VARIANTS = ROOT / "kernels" / "variants" / "triton"
+SPEC = dict(H=7168, E=384, top_k=8, n_group=1, topk_group=1, I=2048 // 8, I_shared=2048 // 8, eps=1e-6,
+            scaling=2.827, scoring="sigmoid", norm=True)
+MODULES = {"add_rmsnorm": "add_rmsnorm_fused", "router": "router_fused", "moe_experts": "moe_experts_grouped",
+           "shared_expert": "shared_expert_fused"}
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", VARIANTS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def pick(configs, slot, m):
+    c = configs.get(slot, {})
+    if c and all(str(k).isdigit() for k in c):
+        keys = sorted(int(k) for k in c)
+        below = [k for k in keys if k <= m]
+        return c[str(below[-1] if below else keys[0])]
+    return c
+
+
+def make_weights(dev, gen):
+    s, bf = SPEC, torch.bfloat16
+
+    def w(*shape, fan_in):
+        return (torch.randn(shape, generator=gen, device=dev) / fan_in ** 0.5).to(bf)
+    return {"norm_w": (0.5 + torch.rand(s["H"], generator=gen, device=dev)).to(bf),
+            "gate": w(s["E"], s["H"], fan_in=s["H"]),
+            "bias": torch.randn(s["E"], generator=gen, device=dev) * 0.02,
+            "w13": w(s["E"], 2 * s["I"], s["H"], fan_in=s["H"]),
+            "w2": w(s["E"], s["H"], s["I"], fan_in=s["I"]),
+            "sw13": w(2 * s["I_shared"], s["H"], fan_in=s["H"]),
+            "sw2": w(s["H"], s["I_shared"], fan_in=s["I_shared"])}
+
+
+def stock_router(h, W):
+    s = SPEC
+    scores = torch.sigmoid(torch.matmul(h, W["gate"].t()).float())
+    ids = (scores + W["bias"]).topk(s["top_k"], dim=-1).indices
+    wts = scores.gather(1, ids)
+    wts = wts / wts.sum(-1, keepdim=True) * s["scaling"]
+    return ids.to(torch.int32), wts
+
+
+def stock_mlp(x, w13, w2):
+    g, u = torch.matmul(x, w13.t()).chunk(2, dim=-1)
+    return torch.matmul(torch.nn.functional.silu(g) * u, w2.t())
+
+
+def stock_experts_fn():
+    try:
+        from vllm.model_executor.layers.fused_moe import fused_experts  # type: ignore
+
+        def run(h, W, ids, wts):
+            return fused_experts(h, W["w13"], W["w2"], wts, ids, inplace=False)
+        return run, "vllm.fused_experts", True
+    except Exception:
+        def run(h, W, ids, wts):
+            acc = torch.zeros(h.shape, device=h.device, dtype=torch.float32)
+            il = ids.long()
+            for e in il.unique().tolist():
+                tok, j = (il == e).nonzero(as_tuple=True)
+                acc.index_add_(0, tok, stock_mlp(h[tok], W["w13"][e], W["w2"][e]).float() * wts[tok, j, None])
+            return acc.to(h.dtype)
+        return run, "torch per-expert loop (eager, host sync)", False
+
+
+def build_paths(m, W, configs, side_stream, dev):
+    s = SPEC
+    mods = {k: load(v) for k, v in MODULES.items()}
+    shp = {"add_rmsnorm": dict(H=s["H"], eps=s["eps"]),
+           "router": dict(E=s["E"], K=s["H"], top_k=s["top_k"], n_group=s["n_group"], topk_group=s["topk_group"],
+                          scaling=s["scaling"], norm=s["norm"], scoring=s["scoring"]),
+           "moe_experts": dict(E=s["E"], K=s["H"], I=s["I"], top_k=s["top_k"]),
+           "shared_expert": dict(K=s["H"], I=s["I_shared"])}
+    fns = {k: mods[k].build(pick(configs, k, m), dict(shp[k], M=m, slot=k, name=k, dtype="bfloat16")) for k in mods}
+    bf = torch.bfloat16
+    buf = {"x": torch.randn(m, s["H"], device=dev).to(bf), "res": torch.randn(m, s["H"], device=dev).to(bf),
+           "h": torch.empty(m, s["H"], device=dev, dtype=bf), "res_out": torch.empty(m, s["H"], device=dev, dtype=bf),
+           "ids": torch.empty(m, s["top_k"], device=dev, dtype=torch.int32),
+           "wts": torch.empty(m, s["top_k"], device=dev, dtype=torch.float32),
+           "routed": torch.empty(m, s["H"], device=dev, dtype=bf), "shared": torch.empty(m, s["H"], device=dev, dtype=bf),
+           "out": torch.empty(m, s["H"], device=dev, dtype=bf), "stock_out": torch.empty(m, s["H"], device=dev, dtype=bf),
+           "stock_ids": torch.empty(m, s["top_k"], device=dev, dtype=torch.int64)}
+    side = torch.cuda.Stream() if side_stream else None
+    experts, experts_name, capturable = stock_experts_fn()
+
+    def tuned():
+        fns["add_rmsnorm"](x=buf["x"], residual=buf["res"], weight=W["norm_w"], out=buf["h"], residual_out=buf["res_out"])
+        if side is not None:
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                fns["shared_expert"](x=buf["h"], w13=W["sw13"], w2=W["sw2"], out=buf["shared"])
+        fns["router"](x=buf["h"], w=W["gate"], bias=W["bias"], topk_ids=buf["ids"], topk_weights=buf["wts"])
+        fns["moe_experts"](x=buf["h"], w13=W["w13"], w2=W["w2"], topk_ids=buf["ids"], topk_weights=buf["wts"],
+                           out=buf["routed"])
+        if side is None:
+            fns["shared_expert"](x=buf["h"], w13=W["sw13"], w2=W["sw2"], out=buf["shared"])
+        else:
+            torch.cuda.current_stream().wait_stream(side)
+        torch.add(buf["routed"], buf["shared"], out=buf["out"])
+
+    def stock():
+        r = buf["x"] + buf["res"]
+        rf = r.float()
+        h = (rf * torch.rsqrt(rf.pow(2).mean(-1, keepdim=True) + s["eps"])).to(bf) * W["norm_w"]
+        ids, wts = stock_router(h, W)
+        buf["stock_ids"].copy_(ids)
+        routed = experts(h, W, ids, wts)
+        buf["stock_out"].copy_(routed + stock_mlp(h, W["sw13"], W["sw2"]))
+
+    return tuned, stock, buf, experts_name, capturable
+
+
+def capture(fn):
+    st = torch.cuda.Stream()
+    st.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(st):
+        for _ in range(3):  # warm-up: compiles, allocates workspaces
+            fn()
+    torch.cuda.current_stream().wait_stream(st)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g.replay
+
+
+def count_kernels(run):
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    evs = [e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
+    names = [e.name for e in evs]
+    return sum(1 for n in names if not n.lower().startswith(("memcpy", "memset"))), len(names)
+
+
+def time_pair(runs, reps):
+    starts = {k: [torch.cuda.Event(enable_timing=True) for _ in range(reps)] for k in runs}
+    ends = {k: [torch.cuda.Event(enable_timing=True) for _ in range(reps)] for k in runs}
+    for i in range(reps):  # interleaved
+        for k, run in runs.items():
+            starts[k][i].record()
+            run()
+            ends[k][i].record()
+    torch.cuda.synchronize()
+    out = {}
+    for k in runs:
+        t = sorted(a.elapsed_time(b) * 1e3 for a, b in zip(starts[k], ends[k]))
+        out[k] = {"median_us": statistics.median(t), "p10_us": t[len(t) // 10], "p90_us": t[(9 * len(t)) // 10]}
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", default=None)
+    ap.add_argument("--batches", default="1,2,4,8,16,32,64")
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--side-stream", action="store_true")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("moe_block.py is a GPU benchmark: no CUDA device here (nothing to do on a CPU machine)")
+    dev = torch.device("cuda")
+    configs = json.load(open(args.configs)) if args.configs else {}
+    W = make_weights(dev, torch.Generator(device=dev).manual_seed(0))
+    rows = []
+    for m in [int(b) for b in args.batches.split(",")]:
+        tuned, stock, buf, experts_name, capturable = build_paths(m, W, configs, args.side_stream, dev)
+        t_run = capture(tuned)
+        s_run = capture(stock) if capturable else stock
+        if not capturable:
+            stock()
+        t_run()
+        s_run()
+        torch.cuda.synchronize()
+        ref = buf["stock_out"].float()
+        rel = ((buf["out"].float() - ref).norm() / ref.norm()).item()
+        same = (buf["ids"].long().sort(-1).values == buf["stock_ids"].sort(-1).values).all(-1).float().mean().item()
+        times = time_pair({"stock": s_run, "tuned": t_run}, args.reps)
+        kt, kt_all = count_kernels(t_run)
+        ks, ks_all = count_kernels(s_run)
+        rows.append({"M": m, "stock": {**times["stock"], "kernels": ks, "events": ks_all, "graph": capturable,
+                                       "routed_experts": experts_name},
+                     "tuned": {**times["tuned"], "kernels": kt, "events": kt_all, "graph": True},
+                     "speedup": times["stock"]["median_us"] / times["tuned"]["median_us"],
+                     "rel_l2_vs_stock": rel, "topk_set_match": same})
+        r = rows[-1]
+        print(f"M={m:3d}  stock {r['stock']['median_us']:8.1f} us ({ks:3d} k)  tuned {r['tuned']['median_us']:8.1f} us "
+              f"({kt:3d} k)  x{r['speedup']:.2f}  relL2 {rel:.2e}  topk-match {same:.3f}", flush=True)
+    p = torch.cuda.get_device_properties(0)
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+              "device": {"name": p.name, "sm": f"{p.major}.{p.minor}", "sms": p.multi_processor_count,
+                         "torch": torch.__version__, "triton": triton.__version__},
+              "spec": SPEC, "side_stream": args.side_stream, "configs": configs, "rows": rows}
+    out_dir = pathlib.Path(os.environ.get("OUT", "."))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "moe_block.json").write_text(json.dumps(result, indent=1))
+    print(f"wrote {out_dir / 'moe_block.json'}")
+
+
+if __name__ == "__main__":
+    main()

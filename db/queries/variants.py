@@ -1,0 +1,72 @@
+"""Variant aggregate: dedup by content hash, lookups, listing."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from db.models import Variant
+
+
+def content_hash(slot: str, language: str, source: str) -> str:
+    h = hashlib.sha256()
+    for part in (slot, language, source):
+        h.update(part.encode())
+        h.update(b"\0")  # separator: ("ab", "c") and ("a", "bc") must not collide
+    return h.hexdigest()
+
+
+def get_variant(session: Session, variant_id: int) -> Variant | None:
+    return session.get(Variant, variant_id)
+
+
+def get_variant_by_hash(session: Session, digest: str) -> Variant | None:
+    return session.scalar(select(Variant).where(Variant.content_hash == digest))
+
+
+def get_or_create_variant(session: Session, *, slot: str, language: str, source: str,
+                          config_space: dict[str, Any], constraints: list[str], n_points: int, author: str,
+                          agent: str | None = None, parent_id: int | None = None, notes: str = "",
+                          declares_library: bool = False) -> tuple[Variant, bool]:
+    """The variant for (slot, language, source), created if new; commits. Returns (variant, created).
+    A resubmission keeps the first submission's config space and provenance."""
+    digest = content_hash(slot, language, source)
+    existing = get_variant_by_hash(session, digest)
+    if existing is not None:
+        return existing, False
+    variant = Variant(content_hash=digest, slot=slot, language=language, source=source,
+                      config_space=config_space, constraints=constraints, n_points=n_points,
+                      declares_library=declares_library,
+                      author=author, agent=agent, parent_id=parent_id, notes=notes)
+    session.add(variant)
+    try:
+        session.commit()
+    except IntegrityError:
+        # Two identical submissions raced: the other one committed first, and it is the variant.
+        session.rollback()
+        existing = get_variant_by_hash(session, digest)
+        if existing is None:
+            raise
+        return existing, False
+    return variant, True
+
+
+def list_variants(session: Session, *, slot: str | None = None, author: str | None = None,
+                  agent: str | None = None, language: str | None = None, parent_id: int | None = None,
+                  limit: int = 100, offset: int = 0) -> list[Variant]:
+    q = select(Variant).order_by(Variant.id.desc()).limit(limit).offset(offset)
+    if slot is not None:
+        q = q.where(Variant.slot == slot)
+    if author is not None:
+        q = q.where(Variant.author == author)
+    if agent is not None:
+        q = q.where(Variant.agent == agent)
+    if language is not None:
+        q = q.where(Variant.language == language)
+    if parent_id is not None:
+        q = q.where(Variant.parent_id == parent_id)
+    return list(session.scalars(q))

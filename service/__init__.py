@@ -1,0 +1,1 @@
+"""The kerneltune HTTP API (FastAPI): create_app(settings) in service.app."""

@@ -1,0 +1,278 @@
+"""Request and response models of the /v1 API."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from kernels.catalogue import LANGUAGES, all_slots
+from kernels.deployment import Deployment
+
+HARDWARE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+
+
+class Provenance(BaseModel):
+    author: str = Field(min_length=1, max_length=128)
+    agent: str | None = Field(default=None, max_length=128, description="agent name/model, if an agent wrote it")
+    parent_id: int | None = Field(default=None, description="variant this one was derived from")
+    notes: str = Field(default="", max_length=16_384)
+
+
+class VariantCreate(BaseModel):
+    slot: str = Field(description="slot name from GET /v1/slots")
+    language: str = Field(description=f"one of {', '.join(LANGUAGES)}")
+    source: str = Field(description="Python module text defining build(config, shape)")
+    config_space: dict[str, Any] = Field(
+        description='param -> non-empty list of values; optional "constraints": list of expressions over params',
+        examples=[{"BLOCK_N": [64, 128], "SPLIT_K": [1, 2, 4], "constraints": ["BLOCK_N * SPLIT_K <= 256"]}])
+    provenance: Provenance
+    declares_library: bool | None = Field(
+        default=None, description="calls the stock library (cuBLAS...); default: the module's USES_LIBRARY")
+
+    @field_validator("slot")
+    @classmethod
+    def _known_slot(cls, v: str) -> str:
+        if v not in all_slots():
+            raise ValueError(f"unknown slot {v!r}; known slots: {', '.join(sorted(all_slots()))}")
+        return v
+
+    @field_validator("language")
+    @classmethod
+    def _known_language(cls, v: str) -> str:
+        if v not in LANGUAGES:
+            raise ValueError(f"unknown language {v!r}; known languages: {', '.join(LANGUAGES)}")
+        return v
+
+
+class VariantCreated(BaseModel):
+    id: int
+    content_hash: str
+    created: bool = Field(description="false when the same (slot, language, source) already existed")
+
+
+class VariantSummary(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    content_hash: str
+    slot: str
+    language: str
+    n_points: int
+    declares_library: bool
+    author: str
+    agent: str | None
+    parent_id: int | None
+    notes: str
+    created_at: datetime
+
+
+class VariantDetail(VariantSummary):
+    source: str
+    config_space: dict[str, Any]
+    constraints: list[str]
+
+
+class JobCreate(BaseModel):
+    variant_id: int
+    deployment: Deployment = Field(default_factory=Deployment)
+    hardware: str = Field(default="cpu", pattern=HARDWARE_PATTERN, description='hardware class: "cpu", "h200", "gb300", ...')
+    configs: Literal["all"] | list[dict[str, Any]] = Field(
+        default="all", description='"all" (whole space, constraints applied) or an explicit list of configs')
+    shapes: list[str] | None = Field(default=None, description="restrict to these shape names of the deployment")
+    submitted_by: str | None = Field(default=None, max_length=128)
+
+
+class Progress(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    total: int
+    queued: int
+    running: int
+    done: int
+    cancelled: int
+    by_verdict: dict[str, int]
+
+
+JobState = Literal["queued", "running", "done", "cancelled"]
+
+
+class JobOut(BaseModel):
+    id: int
+    variant_id: int
+    kind: str
+    model_name: str
+    hardware: str
+    queue: str
+    deployment: dict[str, Any]
+    configs: Any
+    shapes: list[str] | None
+    state: JobState
+    progress: Progress
+    submitted_by: str | None
+    created_at: datetime
+    cancelled_at: datetime | None
+
+
+class JobCreated(BaseModel):
+    job: JobOut
+    runs: int
+    enqueued: bool
+    enqueue_error: str | None = Field(default=None, description="why enqueueing failed; the sweeper retries")
+
+
+class CancelOut(BaseModel):
+    job: JobOut
+    cancelled_runs: int
+
+
+class RunOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: str
+    job_id: int
+    variant_id: int
+    slot: str
+    config: dict[str, Any]
+    config_key: str
+    shape_name: str
+    shape_key: str
+    m: int
+    batch_bucket: str
+    hardware: str
+    seed: int
+    status: Literal["queued", "running", "done", "cancelled"]
+    attempts: int
+    worker: str | None
+    verdict: str | None
+    reason_code: str | None
+    reason: str | None
+    median_us: float | None
+    baseline_median_us: float | None
+    speedup: float | None
+    speedup_ci_lo: float | None
+    speedup_ci_hi: float | None
+    frac_of_floor: float | None
+    uses_library: bool | None
+    fingerprint_id: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class RunDetail(RunOut):
+    shape: dict[str, Any]
+    compile: dict[str, Any] | None
+    check: dict[str, Any] | None
+    bench: dict[str, Any] | None
+
+
+class LeaderboardEntry(BaseModel):
+    rank: int
+    run_id: str
+    job_id: int
+    variant_id: int
+    content_hash: str
+    author: str
+    agent: str | None
+    language: str
+    config: dict[str, Any]
+    median_us: float
+    baseline_median_us: float | None
+    speedup: float | None
+    speedup_ci_lo: float | None
+    speedup_ci_hi: float | None
+    frac_of_floor: float | None
+    uses_library: bool | None
+    beats_stock: bool = Field(description="speedup CI lies above 1")
+
+
+class LeaderboardGroup(BaseModel):
+    slot: str
+    hardware: str
+    shape_name: str
+    shape_key: str
+    m: int
+    batch_bucket: str
+    entries: list[LeaderboardEntry]
+
+
+class FingerprintOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: str
+    hardware_class: str
+    bandwidth_gbs: float | None
+    fields: dict[str, Any]
+
+
+class WinnerEvidence(BaseModel):
+    run_id: str
+    job_id: int
+    variant_id: int
+    content_hash: str
+    author: str
+    agent: str | None
+    language: str
+    config: dict[str, Any]
+    m: int
+    median_us: float | None
+    baseline_median_us: float | None
+    speedup: float | None
+    speedup_ci_lo: float | None
+    speedup_ci_hi: float | None
+    frac_of_floor: float | None
+    uses_library: bool | None
+    check: dict[str, Any] | None
+    bench: dict[str, Any] | None
+    fingerprint: FingerprintOut | None
+
+
+class WinnerOut(BaseModel):
+    slot: str
+    shape_key: str
+    shape_name: str
+    batch_bucket: str
+    hardware: str
+    is_stock: bool = Field(description="nothing beat the stock kernel beyond noise: stock stays")
+    updated_at: datetime
+    evidence: WinnerEvidence | None
+
+
+class SlotOut(BaseModel):
+    name: str
+    description: str
+    inputs: list[str]
+    weights: list[str]
+    outputs: list[str]
+
+
+class ShapeOut(BaseModel):
+    name: str
+    key: str
+    dims: dict[str, Any]
+    dtype: str
+
+
+class SlotShapes(BaseModel):
+    slot: str
+    model: str
+    tp: int
+    dtype: str
+    draft_tokens: int
+    token_counts: list[int]
+    shapes: list[ShapeOut]
+
+
+class ModelOut(BaseModel):
+    name: str
+    verified: bool
+    notes: str
+    spec: dict[str, Any]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Ready(BaseModel):
+    status: Literal["ready", "not_ready"]
+    database: str
+    broker: str

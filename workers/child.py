@@ -1,0 +1,66 @@
+"""Entry point of the sandboxed child: ``python -P -m workers.child <result_fd>``.
+
+The handshake (spec, token, bandwidth cache) arrives on stdin. The result leaves on the pipe fd
+the worker passed, after the fd is moved to a random high number; the frame is
+``token || length || json``, and the token only ever lives in this function's locals, so a variant
+printing JSON, or writing into fds it finds, cannot forge a verdict. Stdout/stderr are the
+variant's to use: the worker keeps their tails as a log.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import random
+import resource
+import struct
+import sys
+
+
+def _hide_fd(fd: int) -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    top = min(soft if soft != resource.RLIM_INFINITY else 1024, 65536)
+    for _ in range(64):
+        target = random.SystemRandom().randrange(max(64, top // 4), top)
+        try:
+            os.fstat(target)
+        except OSError:  # free: take it
+            os.dup2(fd, target, inheritable=False)
+            os.close(fd)
+            return target
+    return fd
+
+
+def _write_frame(fd: int, token: bytes, payload: bytes) -> None:
+    data = token + struct.pack(">Q", len(payload)) + payload
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def main() -> None:
+    handshake = json.loads(sys.stdin.buffer.read())
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    token = bytes.fromhex(handshake.pop("token"))
+    out_fd = _hide_fd(int(sys.argv[1]))
+    faulthandler.enable()  # a SIGSEGV still kills us, but stderr shows where
+
+    from workers.pipeline import ChildEnv, run_in_child
+    from workers.protocol import RunSpec
+
+    spec = RunSpec.model_validate(handshake["spec"])
+    result = run_in_child(spec, ChildEnv(workdir=os.getcwd(), bandwidth_cache=handshake.get("bandwidth_cache", {})))
+    _write_frame(out_fd, token, result.model_dump_json().encode())
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # the variant closed it: its log is its loss
+            pass
+    os._exit(0)  # no atexit hooks, no variant threads outliving the verdict
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Inside the child: compile -> check -> bench, each timed, turned into one RunResult.
+
+Order matters and is all here:
+  1. trusted phase: slot, backend, fingerprint, bandwidth (nothing of the variant exists yet);
+  2. seal: install the audit hook, capture the tamper guard (identities of timers, statistics, checker);
+  3. compile: load the variant source and build it for (config, shape, M, device);
+  4. check (workers/check.py), library policy, bench (workers/bench.py) with its post-bench re-check;
+  5. after any outcome: the guard and the audit log can still turn it into ``rejected``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import numpy
+import torch
+import torch.nn.functional
+import torch.profiler
+
+import kernels.slots.base
+import workers.audit
+import workers.bench
+import workers.check
+import workers.failures
+import workers.stats
+import workers.tamper
+import workers.timers
+import workers.timers.cpu
+import workers.timers.cuda
+from kernels.backends.compile_cache import configure_language_caches
+from kernels.backends.base import CompileError, NeedsDevice, line_in_source, load_module
+from kernels.catalogue import get_slot
+from kernels.slots.base import Shape, Slot
+from workers import audit, tamper
+from workers.bench import BenchContext, run_bench
+from workers.check import CheckContext, run_check
+from workers.failures import Failure
+from workers.fingerprint import bandwidth_key, fingerprint, measure_bandwidth_gbs
+from workers.languages import get_backend
+from workers.protocol import CheckStage, CompileStage, RunResult, RunSpec, Verdict
+
+
+@dataclass
+class ChildEnv:
+    """What the worker tells the child besides the spec."""
+
+    workdir: str
+    bandwidth_cache: dict[str, Any] = field(default_factory=dict)
+
+
+def derive_seed(base: int, label: str) -> int:
+    return int(hashlib.blake2b(f"{base}:{label}".encode(), digest_size=4).hexdigest(), 16)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _guarded(slot: Slot) -> Callable[[], None]:
+    harness = [kernels.slots.base, sys.modules[type(slot).__module__], workers.audit, workers.bench, workers.check,
+               workers.failures, workers.stats, workers.tamper, workers.timers, workers.timers.cpu,
+               workers.timers.cuda, sys.modules[__name__]]
+    libraries = [time, torch, torch.cuda, torch.nn.functional, torch.profiler, numpy]
+    classes = [torch.Tensor, torch.cuda.Event, torch.cuda.CUDAGraph, torch.profiler.profile, type(slot)]
+    return tamper.capture(harness, libraries, classes)
+
+
+def _warm_profiler(device: torch.device) -> None:
+    """The first profile imports torch._dynamo, which rebinds torch.manual_seed, and starts Kineto
+    (seconds): do both before the tamper guard's snapshot, not inside the check."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities):
+        torch.zeros(1, device=device).add_(1)
+
+
+def run_in_child(spec: RunSpec, env: ChildEnv) -> RunResult:
+    result = RunResult(run_id=spec.run_id, verdict=Verdict.error, started_at=_now())
+    verify: Callable[[], None] | None = None
+    refusals: Callable[[], list[dict[str, str]]] = lambda: []
+    try:
+        # 1. trusted phase
+        device = torch.device(spec.device)
+        torch.set_num_threads(spec.bench.cpu_threads)
+        slot = get_slot(spec.slot)
+        shape = Shape.from_json(spec.shape)
+        fp = fingerprint(device, torch.get_num_threads())
+        key = bandwidth_key(fp)
+        cached = env.bandwidth_cache.get(key, {}).get("bandwidth_gbs")
+        bandwidth = float(cached) if cached else measure_bandwidth_gbs(device)
+        result.bandwidth_measured = not cached
+        result.fingerprint = {**fp, "bandwidth_key": key, "bandwidth_gbs": bandwidth}
+        configure_language_caches()  # before triton / cutlass are imported: they bind their cache dirs
+        try:
+            backend = get_backend(spec.language)
+        except CompileError as exc:
+            result.compile = CompileStage(ok=False, log=str(exc))
+            return _end(result, Verdict.compile_failed, "backend_unavailable", str(exc))
+        if spec.language != "torch" and not spec.declares_library:
+            _warm_profiler(device)
+        # 2. seal
+        refusals = audit.install((env.workdir,))
+        verify = _guarded(slot)
+        _stages(spec, env, result, slot, shape, device, backend, bandwidth, verify)
+    except Failure as f:
+        _apply_failure(result, f)
+    except tamper.Tampered as t:
+        _end(result, Verdict.rejected, t.reason_code, f"harness functions rebound by the variant: {t}")
+    except (SystemExit, KeyboardInterrupt) as exc:
+        _end(result, Verdict.crashed, "variant_exit", f"{type(exc).__name__} raised inside the child: {exc}")
+    except Exception:
+        _end(result, Verdict.error, "harness_error", traceback.format_exc()[-4000:])
+    # 5. whatever the outcome, tampering or a refused operation decides it
+    if verify is not None:
+        try:
+            verify()
+        except tamper.Tampered as t:
+            _end(result, Verdict.rejected, t.reason_code, f"harness functions rebound by the variant: {t}")
+    refused = refusals()
+    if refused:
+        first = refused[0]
+        _end(result, Verdict.rejected, first["code"],
+             f"sandbox refused {first['event']} ({first['code'].replace('_', ' ')}): {first['detail']}"
+             + (f" and {len(refused) - 1} more" if len(refused) > 1 else ""))
+    result.finished_at = _now()
+    return result
+
+
+def _stages(spec: RunSpec, env: ChildEnv, result: RunResult, slot: Slot, shape: Shape, device: torch.device,
+            backend: Any, bandwidth: float, verify: Callable[[], None]) -> None:
+    # 3. compile
+    filename = f"{env.workdir}/variant_{spec.source_hash[:12]}.py"
+    t0 = time.perf_counter()
+    try:
+        module = load_module(spec.source, f"kt_variant_{spec.source_hash[:12]}", filename)
+        verify()
+        built = backend.build(module, dict(spec.config), shape.as_build_arg(spec.m), device)
+    except NeedsDevice as exc:
+        result.compile = CompileStage(ok=True, seconds=time.perf_counter() - t0, backend=backend.version(), log=str(exc))
+        _end(result, Verdict.compiled, "needs_device", f"compiled only; check and bench are waiting for a GPU queue: {exc}")
+        return
+    except CompileError as exc:
+        result.compile = CompileStage(ok=False, seconds=time.perf_counter() - t0, log=(exc.log or str(exc))[-8000:],
+                                      line=exc.line, backend=backend.version())
+        code = "syntax_error" if str(exc).startswith("SyntaxError") else "compile_error"
+        _end(result, Verdict.compile_failed, code, str(exc) + (f" (line {exc.line})" if exc.line else ""))
+        return
+    except Exception as exc:  # a backend that let the variant's exception through
+        line = line_in_source(exc, filename)
+        result.compile = CompileStage(ok=False, seconds=time.perf_counter() - t0, log=traceback.format_exc()[-8000:],
+                                      line=line, backend=backend.version())
+        _end(result, Verdict.compile_failed, "compile_error", f"{type(exc).__name__}: {exc}"
+             + (f" (line {line})" if line else ""))
+        return
+    verify()
+    result.compile = CompileStage(ok=True, seconds=time.perf_counter() - t0, cache_hit=built.cache_hit,
+                                  log=built.log[-8000:], backend=backend.version())
+
+    # 4. check
+    declared = spec.declares_library or bool(getattr(module, "USES_LIBRARY", False))
+    library_is_language = spec.language == "torch"
+    t0 = time.perf_counter()
+    seeds = [derive_seed(spec.seed, f"check{k}") for k in range(spec.check_trials + 2)]
+    ctx = CheckContext(slot, shape, spec.m, device, built.fn, filename, verify,
+                       profile_library=not (library_is_language or declared))
+    result.check = CheckStage(passed=False)  # filled by a failing step, replaced when all pass
+    check, used_library = run_check(ctx, seeds)
+    check.seconds = time.perf_counter() - t0
+    result.check = check
+    result.uses_library = library_is_language or declared or used_library
+    if used_library and not declared:
+        check.passed = False
+        raise Failure(Verdict.rejected, "undeclared_library_call",
+                      f"a {spec.language} variant called library GEMMs ({', '.join(check.library_ops)}) "
+                      "without declaring USES_LIBRARY")
+
+    # bench
+    bench, timed = run_bench(BenchContext(slot, shape, spec.m, device, built.fn, spec.bench,
+                                          derive_seed(spec.seed, "bench"), bandwidth, verify))
+    check.trials.append(timed)
+    result.bench = bench
+    _end(result, Verdict.passed, "ok", "compiled, checked and benchmarked")
+
+
+def _end(result: RunResult, verdict: Verdict, code: str, reason: str) -> RunResult:
+    result.verdict, result.reason_code, result.reason = verdict, code, reason
+    return result
+
+
+def _apply_failure(result: RunResult, f: Failure) -> None:
+    if result.check is not None and ("trials" in f.details or "mismatches" in f.details):
+        result.check.passed = False
+        result.check.trials.extend(t for t in f.details.get("trials", []) if t not in result.check.trials)
+        result.check.mismatches = list(f.details.get("mismatches") or [])
+    if "bench" in f.details:
+        result.bench = f.details["bench"]
+    _end(result, f.verdict, f.reason_code, f.reason)

@@ -1,0 +1,69 @@
+"""CUDA timer: one CUDA graph per implementation of R back-to-back calls over the rotating sets,
+replayed interleaved between Events; per-call time = replay time / R.
+
+Graph capture is the stream-escape check: host syncs or unsupported work during capture fail it,
+and work launched on a stream that did not join the capture is not in the graph at all, so its
+replay is implausibly fast and leaves the poisoned outputs unwritten (both caught by the bench).
+Import-safe on CPU-only torch: nothing touches CUDA until ``measure`` runs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from workers.protocol import BenchSettings
+from workers.timers import PoisonFn, RunFn, StreamEscape, round_order
+
+# Bound before any variant is imported (see workers/tamper.py for the identity check).
+_elapsed_time = torch.cuda.Event.elapsed_time
+
+
+class CudaGraphTimer:
+    name = "cuda_graph"
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def measure(self, runs: dict[str, RunFn], poison: PoisonFn, n_sets: int,
+                settings: BenchSettings) -> tuple[dict[str, list[float]], dict[str, set[int]]]:
+        calls = settings.graph_calls or n_sets
+        names = list(runs)
+        with torch.cuda.device(self.device):
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up (JIT, autotune, lazy init) outside any capture
+                for _ in range(max(settings.warmup, 1)):
+                    for name in names:
+                        for i in range(n_sets):
+                            runs[name](i)
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            graphs = {name: self._capture(name, runs[name], calls, n_sets) for name in names}
+            for name in names:
+                for i in range(n_sets):
+                    poison(name, i)
+            torch.cuda.synchronize()
+            samples: dict[str, list[float]] = {name: [] for name in names}
+            start_ev = torch.cuda.Event(enable_timing=True)
+            end_ev = torch.cuda.Event(enable_timing=True)
+            rounds = max(settings.min_rounds, 1)
+            for r in range(rounds):
+                for name in round_order(names, r):
+                    start_ev.record()
+                    graphs[name].replay()
+                    end_ev.record()
+                    end_ev.synchronize()
+                    samples[name].append(_elapsed_time(start_ev, end_ev) * 1e3 / calls)
+        return samples, {name: {j % n_sets for j in range(calls)} for name in names}
+
+    @staticmethod
+    def _capture(name: str, run: RunFn, calls: int, n_sets: int) -> torch.cuda.CUDAGraph:
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                for j in range(calls):
+                    run(j % n_sets)
+            torch.cuda.synchronize()
+        except Exception as exc:  # the capture is the check: any failure is work outside the stream
+            raise StreamEscape(f"{name}: CUDA graph capture failed: {type(exc).__name__}: {exc}") from exc
+        return graph
