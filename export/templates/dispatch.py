@@ -1,0 +1,155 @@
+"""Runtime choice of a kernel: ``dispatch(slot, shape_key, M) -> fn(**inputs, **outputs)``.
+
+The tuned kernel of M's batch bucket when this machine matches the hardware the evidence was
+measured on; otherwise, or outside the tuned buckets, the stock torch kernel (explicit fallback,
+never an error). ``explain`` says which one and why without building anything.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import os
+import platform
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Callable
+
+import torch
+
+from . import reference
+
+KernelFn = Callable[..., None]
+# Languages that run only on a CUDA device (the torch ones run anywhere).
+GPU_LANGUAGES = ("triton", "cute")
+_HARDWARE_CLASSES = ("gb300", "gb200", "b300", "b200", "h200", "h100", "h20", "a100", "l40s")
+
+
+@functools.cache
+def dispatch_table() -> dict[str, Any]:
+    return json.loads(resources.files(__package__).joinpath("dispatch.json").read_text())
+
+
+@functools.cache
+def manifest() -> dict[str, Any]:
+    return json.loads(resources.files(__package__).joinpath("manifest.json").read_text())
+
+
+def hardware_class(device_name: str) -> str:
+    """The same mapping kerneltune's workers use for queue names ("NVIDIA H200" -> "h200")."""
+    low = device_name.lower().replace("nvidia", "").replace(" ", "")
+    for cls in _HARDWARE_CLASSES:
+        if cls in low:
+            return cls
+    return re.sub(r"[^a-z0-9]+", "", low)[:16] or "gpu"
+
+
+def local_hardware() -> dict[str, str]:
+    """Class and arch of this machine's first CUDA device, or of the CPU when there is none."""
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        return {"hardware_class": hardware_class(p.name), "arch": f"sm_{p.major}{p.minor}", "name": p.name}
+    return {"hardware_class": "cpu", "arch": platform.machine(), "name": platform.processor() or platform.machine()}
+
+
+def hardware_mismatch() -> str | None:
+    """None when this machine is the hardware the package was tuned on, else the reason it is not.
+    KT_LS_ASSUME_HARDWARE=1 skips the check (for a machine the fingerprint does not describe)."""
+    if os.environ.get("KT_LS_ASSUME_HARDWARE") == "1":
+        return None
+    want = manifest()["hardware"]
+    have = local_hardware()
+    if have["hardware_class"] != want["hardware_class"]:
+        return f"this machine is {have['hardware_class']!r} ({have['name']}), the package is tuned for {want['hardware_class']!r}"
+    archs = want.get("archs") or []
+    if archs and have["arch"] not in archs:
+        return f"this machine's arch is {have['arch']}, the package's evidence is for {', '.join(archs)}"
+    return None
+
+
+def batch_bucket(m: int) -> str:
+    for lo, hi in dispatch_table()["buckets"]:
+        if lo <= m <= hi:
+            return str(lo) if lo == hi else f"{lo}-{hi}"
+    raise ValueError(f"M={m} outside the bucket table")
+
+
+@dataclass(frozen=True)
+class Choice:
+    slot: str
+    shape_key: str
+    m: int
+    kind: str  # "tuned" or "stock"
+    reason: str
+    module: str | None = None
+    language: str | None = None
+    config: str | None = None  # canonical JSON: hashable, so builds can be cached
+
+    def config_dict(self) -> dict[str, Any]:
+        return json.loads(self.config) if self.config else {}
+
+
+def _shape(slot: str, shape_key: str) -> dict[str, Any]:
+    try:
+        return dispatch_table()["slots"][slot][shape_key]["shape"]
+    except KeyError:
+        raise KeyError(f"no shape {shape_key!r} of slot {slot!r} in this package; known: "
+                       f"{sorted(dispatch_table()['slots'].get(slot, {}))}") from None
+
+
+def build_arg(slot: str, shape_key: str, m: int) -> dict[str, Any]:
+    """What a variant's build() receives: the shape's dims plus M, slot, name and dtype."""
+    s = _shape(slot, shape_key)
+    return {**s["dims"], "M": m, "slot": s["slot"], "name": s["name"], "dtype": s["dtype"]}
+
+
+def explain(slot: str, shape_key: str, m: int) -> Choice:
+    slots = dispatch_table()["slots"]
+    if slot not in slots or shape_key not in slots[slot]:
+        return Choice(slot, shape_key, m, "stock", f"no tuned entry for {slot} {shape_key}")
+    try:
+        bucket = batch_bucket(m)
+    except ValueError as exc:
+        return Choice(slot, shape_key, m, "stock", str(exc))
+    entry = slots[slot][shape_key]["buckets"].get(bucket)
+    if entry is None:
+        return Choice(slot, shape_key, m, "stock", f"M={m} (bucket {bucket}) is outside the tuned range")
+    if entry.get("stock"):
+        return Choice(slot, shape_key, m, "stock", f"bucket {bucket}: nothing beat the stock kernel")
+    mismatch = hardware_mismatch()
+    if mismatch:
+        return Choice(slot, shape_key, m, "stock", mismatch)
+    if entry["language"] in GPU_LANGUAGES and not torch.cuda.is_available():
+        return Choice(slot, shape_key, m, "stock", f"needs {entry['language']} on a GPU")
+    return Choice(slot, shape_key, m, "tuned", f"bucket {bucket}", entry["module"], entry["language"],
+                  json.dumps(entry["config"], sort_keys=True))
+
+
+@functools.cache
+def _build(choice: Choice) -> KernelFn:
+    if choice.kind == "stock":
+        return reference.semantics(choice.slot).stock(build_arg(choice.slot, choice.shape_key, choice.m))
+    module = importlib.import_module(f"{__package__}.kernels.{choice.module}")
+    return module.build(choice.config_dict(), build_arg(choice.slot, choice.shape_key, choice.m))
+
+
+def dispatch(slot: str, shape_key: str, m: int) -> KernelFn:
+    """The kernel for (slot, shape, M): built once per (choice, M) and cached."""
+    return _build(explain(slot, shape_key, m))
+
+
+def stock(slot: str, shape_key: str, m: int) -> KernelFn:
+    return _build(Choice(slot, shape_key, m, "stock", "asked for stock"))
+
+
+def tuned_entries() -> list[dict[str, Any]]:
+    """Every tuned (slot, shape, bucket) with its variant, config and the batch sizes measured."""
+    rows = []
+    for slot, shapes in sorted(dispatch_table()["slots"].items()):
+        for shape_key, spec in sorted(shapes.items()):
+            for bucket, entry in spec["buckets"].items():
+                if not entry.get("stock"):
+                    rows.append({"slot": slot, "shape_key": shape_key, "bucket": bucket, **entry})
+    return rows

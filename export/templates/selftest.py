@@ -1,0 +1,145 @@
+"""Re-check every exported kernel on this machine: ``python -m <package>.selftest [--json]``.
+
+Per tuned entry and per batch size its evidence covers: fresh random inputs (new seeds each run,
+printed), outputs poisoned with NaN before the call, the result compared with a high-precision
+reference (rel-L2 bound by dtype, no NaN/Inf); two trials on different inputs. Then the kernel and
+the stock fallback are timed, interleaved, and the median speedup reported. Entries whose language
+needs a GPU are skipped on a CPU-only machine. Exit status 1 when any entry fails.
+"""
+
+from __future__ import annotations
+
+import importlib
+import argparse
+import json
+import secrets
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+# The package's __init__ re-exports the dispatch() function under the module's name: import the module.
+dsp = importlib.import_module(".dispatch", __package__)
+from . import reference
+
+TRIALS = 2
+
+
+@dataclass
+class EntryReport:
+    slot: str
+    shape_key: str
+    bucket: str
+    module: str
+    language: str
+    status: str  # "pass" | "fail" | "skipped: ..."
+    detail: str = ""
+    seeds: list[int] = field(default_factory=list)
+    rel_l2: float | None = None
+    speedup_vs_stock: dict[str, float] = field(default_factory=dict)  # by M
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time_us(fn: Any, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], device: torch.device) -> float:
+    _sync(device)
+    t0 = time.perf_counter()
+    fn(**inputs, **outputs)
+    _sync(device)
+    return (time.perf_counter() - t0) * 1e6
+
+
+def speedup(kernel: Any, stock: Any, inputs: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor],
+            device: torch.device, rounds: int) -> float:
+    """Median of stock/kernel over interleaved single calls (warmed up), so drift hits both alike."""
+    for fn in (kernel, stock):
+        fn(**inputs, **outputs)
+    ratios = []
+    for _ in range(rounds):
+        k = _time_us(kernel, inputs, outputs, device)
+        s = _time_us(stock, inputs, outputs, device)
+        ratios.append(s / max(k, 1e-3))
+    return statistics.median(ratios)
+
+
+def check_entry(entry: dict[str, Any], device: torch.device, rounds: int) -> EntryReport:
+    rep = EntryReport(entry["slot"], entry["shape_key"], entry["bucket"], entry["module"], entry["language"], "pass")
+    if entry["language"] in dsp.GPU_LANGUAGES and device.type != "cuda":
+        rep.status = f"skipped: needs {entry['language']} on a GPU"
+        return rep
+    sem = reference.semantics(entry["slot"])
+    shape = dsp.dispatch_table()["slots"][entry["slot"]][entry["shape_key"]]["shape"]
+    dims, dtype = shape["dims"], reference.DTYPES[shape["dtype"]]
+    module = __import__(f"{__package__}.kernels.{entry['module']}", fromlist=["build"])
+    worst = 0.0
+    for m in entry["ms"]:
+        try:
+            kernel = module.build(dict(entry["config"]), dsp.build_arg(entry["slot"], entry["shape_key"], m))
+        except Exception as exc:  # a build failure on this machine is this entry's failure, not the run's
+            rep.status, rep.detail = "fail", f"M={m}: build raised {type(exc).__name__}: {exc}"
+            return rep
+        previous: dict[str, torch.Tensor] | None = None
+        for _ in range(TRIALS):
+            seed = secrets.randbits(31)
+            rep.seeds.append(seed)
+            inputs = sem.make_inputs(dims, dtype, m, seed, device)
+            outputs = sem.alloc_outputs(dims, dtype, m, device)
+            reference.poison(outputs)
+            try:
+                kernel(**inputs, **outputs)
+                _sync(device)
+            except Exception as exc:
+                rep.status, rep.detail = "fail", f"M={m} seed={seed}: kernel raised {type(exc).__name__}: {exc}"
+                return rep
+            ok, reason, rel = sem.check(dims, dtype, outputs, sem.reference(dims, inputs))
+            if not ok:
+                rep.status, rep.detail = "fail", f"M={m} seed={seed}: {reason}"
+                return rep
+            # New inputs must give new outputs: a kernel returning a cached answer fails here.
+            if previous is not None and all(torch.equal(previous[k], outputs[k]) for k in outputs):
+                rep.status, rep.detail = "fail", f"M={m}: identical outputs for different inputs"
+                return rep
+            previous = {k: v.clone() for k, v in outputs.items()}
+            worst = max(worst, rel or 0.0)
+        stock = sem.stock(dsp.build_arg(entry["slot"], entry["shape_key"], m))
+        rep.speedup_vs_stock[str(m)] = round(speedup(kernel, stock, inputs, outputs, device, rounds), 3)
+    rep.rel_l2 = worst
+    return rep
+
+
+def run(rounds: int = 20) -> list[EntryReport]:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return [check_entry(e, device, rounds) for e in dsp.tuned_entries()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=f"python -m {__package__}.selftest", description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="one JSON document instead of lines")
+    ap.add_argument("--rounds", type=int, default=20, help="timed calls per implementation")
+    args = ap.parse_args(argv)
+    mismatch = dsp.hardware_mismatch()
+    reports = run(args.rounds)
+    failed = [r for r in reports if r.status == "fail"]
+    if args.json:
+        print(json.dumps({"hardware": dsp.local_hardware(), "hardware_mismatch": mismatch,
+                          "entries": [asdict(r) for r in reports], "failed": len(failed)}, indent=1))
+    else:
+        if mismatch:
+            print(f"note: {mismatch}; dispatch() will use the stock kernels here")
+        for r in reports:
+            speed = ", ".join(f"M={m}: x{s}" for m, s in r.speedup_vs_stock.items())
+            print(f"{r.status.split(':')[0].upper():7} {r.slot} {r.shape_key} bucket {r.bucket} {r.module} "
+                  f"[{r.language}] {r.status if r.status.startswith('skipped') else r.detail} "
+                  f"{'rel_l2=%.2e ' % r.rel_l2 if r.rel_l2 is not None else ''}{speed}".rstrip())
+        print(f"{len(reports) - len(failed)} of {len(reports)} entries passed or skipped; {len(failed)} failed")
+    return 1 if failed or not reports else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
