@@ -68,11 +68,21 @@ def ref_dtype_for(device: torch.device) -> torch.dtype:
     return torch.float64 if device.type == "cpu" else torch.float32
 
 
+DEVICE_DRAW_MIN = 1 << 20  # elements; below this drawing on the host is cheap
+
+
 def randn(shape: tuple[int, ...], gen: torch.Generator, device: torch.device, dtype: torch.dtype,
           std: float = 1.0) -> torch.Tensor:
-    # Drawn on the CPU from a seeded generator so a seed means the same inputs on every device.
-    t = torch.randn(shape, generator=gen, dtype=torch.float32) * std
-    return t.to(device=device, dtype=dtype)
+    if device.type == "cpu" or math.prod(shape) < DEVICE_DRAW_MIN:
+        # Drawn on the CPU from the seeded generator: a seed means the same inputs on every device.
+        t = torch.randn(shape, generator=gen, dtype=torch.float32) * std
+        return t.to(device=device, dtype=dtype)
+    # Large tensors (K2 expert weights: billions of values) are drawn on the device itself, seeded
+    # from the CPU generator: still deterministic in the seed, without hours of host-side sampling.
+    dev_gen = torch.Generator(device=device)
+    dev_gen.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
+    t = torch.randn(shape, generator=dev_gen, device=device, dtype=torch.float32)
+    return (t * std).to(dtype)
 
 
 def weight(shape: tuple[int, ...], fan_in: int, gen: torch.Generator, device: torch.device,

@@ -1,0 +1,140 @@
+"""Tree-structured Parzen estimator search through Optuna's TPESampler (ask/tell interface).
+
+Each parameter is a categorical distribution over the values that occur in at least one valid point.
+Optuna knows nothing of the constraints, so it may propose an invalid combination: that trial is told
+PRUNED at once and never leaves this module (no evaluation is spent on it). Optuna puts pruned trials
+without intermediate values in its "bad" group, so it learns to avoid the invalid region.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import Trial, TrialState, create_trial
+
+from search.space import Config, ConfigSpace
+from search.strategies.base import Budget, Outcome, Proposal, SearchStrategy
+
+# Optuna logs one INFO line per trial; a search of hundreds of trials per worker round would drown
+# the service log.
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class TPESearch(SearchStrategy):
+    name = "tpe"
+
+    def __init__(self, space: ConfigSpace, shape: Mapping[str, Any], *, budget: Budget | None = None,
+                 seed: int = 0, limits: Mapping[str, Any] | None = None, n_startup_trials: int = 10,
+                 max_model_asks: int | None = None, first: Sequence[Config] = ()) -> None:
+        """``max_model_asks``: how many invalid or already-seen proposals Optuna may make in one ``ask(n)``
+        (default 2n + 4) before the rest of the round falls back to seeded random unseen points: a
+        converged TPE keeps proposing its favourites, and each wasted Optuna ask costs milliseconds. ``first``: valid configs
+        evaluated before anything Optuna proposes (transfer seeds)."""
+        super().__init__(space, shape, budget=budget, seed=seed, limits=limits)
+        self.max_model_asks = max_model_asks
+        self.distributions = {
+            name: CategoricalDistribution([v for v in domain if any(c[name] == v and type(c[name]) is type(v)
+                                                                    for c in self.valid_points)])
+            for name, domain in space.params.items()
+        }
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(
+                seed=seed, n_startup_trials=min(n_startup_trials, len(self.valid_points)),
+                # multivariate: tile sizes, split-K and warps interact; independent marginals miss that.
+                multivariate=True,
+                # constant_liar: a round keeps several trials running; without it they all look alike.
+                constant_liar=True)
+        self.study = optuna.create_study(direction="minimize", sampler=sampler)
+        self._waiting: dict[str, list[Trial]] = {}  # proposal key -> Optuna trials awaiting its outcome
+        self._first = [dict(c) for c in first]
+        fallback = np.random.default_rng([seed, 0x7E5]).permutation(len(self.valid_points))
+        self._fallback = [self.valid_points[i] for i in fallback]
+        self._fallback_cursor = 0
+        self.invalid_asks = 0  # Optuna proposals dropped as invalid (never evaluated, never counted)
+        self.fallback_proposals = 0
+
+    def _config_of(self, trial: Trial) -> Config:
+        return {name: trial.params[name] for name in self.space.params}
+
+    def _ask_fixed(self, config: Config) -> Trial:
+        """A trial with given params, so Optuna's model knows the point is being evaluated."""
+        self.study.enqueue_trial(config)
+        trial = self.study.ask(self.distributions)
+        assert self._config_of(trial) == config, (self._config_of(trial), config)
+        return trial
+
+    def _propose(self, n: int) -> list[Proposal]:
+        out: list[Proposal] = []
+        taken: set[str] = set()
+
+        def take(config: Config, trial: Trial) -> None:
+            p = Proposal(config=config)
+            out.append(p)
+            taken.add(p.key)
+            self._waiting[p.key] = [trial]
+
+        while self._first and len(out) < n:
+            config = self._first.pop(0)
+            if self.is_valid(config) and not self.seen(config) and Proposal(config=config).key not in taken:
+                take(config, self._ask_fixed(config))
+
+        model_asks, max_model_asks = 0, self.max_model_asks or 2 * n + 4
+        while len(out) < n and model_asks < max_model_asks:
+            trial = self.study.ask(self.distributions)
+            config = self._config_of(trial)
+            key = Proposal(config=config).key
+            if not self.is_valid(config):
+                self.study.tell(trial, state=TrialState.PRUNED)
+                self.invalid_asks += 1
+                model_asks += 1
+            elif key in self.results:
+                self._tell_trial(trial, self.results[key])  # known already: answer from the record
+                model_asks += 1
+            elif key in self.pending or key in taken:
+                self._waiting.setdefault(key, []).append(trial)  # answered when that result lands
+                model_asks += 1
+            else:
+                take(config, trial)
+
+        while len(out) < n and self._fallback_cursor < len(self._fallback):
+            config = self._fallback[self._fallback_cursor]
+            self._fallback_cursor += 1
+            if not self.seen(config) and Proposal(config=config).key not in taken:
+                take(config, self._ask_fixed(config))
+                self.fallback_proposals += 1
+        return out
+
+    def _exhausted(self) -> bool:
+        while self._fallback_cursor < len(self._fallback) and self.seen(self._fallback[self._fallback_cursor]):
+            self._fallback_cursor += 1
+        return self._fallback_cursor >= len(self._fallback)
+
+    def _tell_trial(self, trial: Trial, outcome: Outcome) -> None:
+        if outcome.ok:
+            self.study.tell(trial, outcome.value_us)
+        else:
+            # A config that fails to compile or check is the worst possible point; FAIL would make TPE
+            # ignore it and propose its neighbourhood again.
+            self.study.tell(trial, state=TrialState.PRUNED)
+
+    def _on_tell(self, proposal: Proposal, outcome: Outcome) -> None:
+        for trial in self._waiting.pop(proposal.key, []):
+            self._tell_trial(trial, outcome)
+
+    def _on_replay(self, proposal: Proposal, outcome: Outcome) -> None:
+        if proposal.key in self._waiting:
+            self._on_tell(proposal, outcome)
+            return
+        self.study.add_trial(create_trial(
+            params=dict(proposal.config), distributions=self.distributions,
+            value=outcome.value_us if outcome.ok else None,
+            state=TrialState.COMPLETE if outcome.ok else TrialState.PRUNED))
+
+    def _on_mark_pending(self, proposal: Proposal) -> None:
+        self._waiting[proposal.key] = [self._ask_fixed(dict(proposal.config))]

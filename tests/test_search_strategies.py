@@ -1,0 +1,192 @@
+"""Search strategies against a small synthetic landscape (search.landscape.synthetic_gemm_landscape: a
+roofline model, not measurements)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from search.driver import ReplayEvaluator, SearchDriver
+from search.landscape import Landscape, synthetic_gemm_landscape
+from search.space import ConfigSpace
+from search.strategies import STRATEGIES, Budget, Outcome, Proposal, TransferSeed, make_strategy, nearest_seeds
+from search.strategies.successive_halving import SuccessiveHalving
+from search.strategies.tpe import TPESearch
+
+SPACE = {"BLOCK_N": [32, 64, 128, 256], "BLOCK_K": [64, 128, 256], "SPLIT_K": {"pow2": [1, 8]},
+         "num_warps": [4, 8], "num_stages": {"range": [2, 4]},
+         "constraints": ["BLOCK_K * SPLIT_K <= K", "BLOCK_N <= N"]}
+# A smaller space (72 raw points) where running every strategy to the end takes a second.
+SMALL_SPACE = {"BLOCK_N": [32, 64, 128], "BLOCK_K": [64, 128], "SPLIT_K": {"pow2": [1, 4]}, "num_warps": [4, 8],
+               "num_stages": [3, 4], "constraints": ["BLOCK_K * SPLIT_K <= K"]}
+DIMS = {"N": 2112, "K": 1536}
+M = 1
+
+
+@pytest.fixture(scope="module")
+def landscape() -> Landscape:
+    return synthetic_gemm_landscape(SPACE, DIMS, [1, 8], seed=0)
+
+
+@pytest.fixture(scope="module")
+def small_landscape() -> Landscape:
+    return synthetic_gemm_landscape(SMALL_SPACE, DIMS, [1], seed=1)
+
+
+def run(landscape: Landscape, name: str, *, seed: int, budget: Budget, batch_size: int = 4,
+        noise_seed: int | None = None, **options: object) -> tuple[SearchDriver, ReplayEvaluator]:
+    strategy = make_strategy(name, landscape.space(), landscape.shape_for(M), budget=budget, seed=seed, **options)
+    evaluator = ReplayEvaluator(landscape, M, noise_seed=noise_seed)
+    driver = SearchDriver(strategy, evaluator, batch_size=batch_size)
+    driver.run()
+    return driver, evaluator
+
+
+def test_landscape_is_marked_synthetic_and_has_failures(landscape: Landscape) -> None:
+    assert landscape.meta.source == "synthetic"
+    verdicts = {r.verdict for r in landscape.records}
+    assert "ok" in verdicts and verdicts - {"ok"}, verdicts
+    best_config, best = landscape.exhaustive_best(M)
+    assert landscape.record(best_config, M).verdict == "ok"
+    assert best < landscape.baseline(M)
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_every_strategy_finds_the_exhaustive_best_given_the_whole_space(small_landscape: Landscape,
+                                                                       name: str) -> None:
+    landscape = small_landscape
+    count = landscape.space().count(landscape.shape_for(M))
+    # Successive halving spends extra short timings; give it room for them.
+    budget = Budget(max_evals=2 * count if name == "successive_halving" else count)
+    driver, evaluator = run(landscape, name, seed=3, budget=budget)
+    best_config, best = landscape.exhaustive_best(M)
+    progress = driver.progress()
+    assert progress.best_config == best_config and progress.best_value_us == pytest.approx(best)
+    assert progress.finished
+    keys = [p.key for p in evaluator.submitted]
+    assert len(keys) == len(set(keys)), "a point was evaluated twice"
+    assert all(landscape.space().is_valid(p.config, landscape.shape_for(M)) for p in evaluator.submitted)
+
+
+def test_tpe_gets_close_with_a_fraction_of_the_space(landscape: Landscape) -> None:
+    """Within 3% of the best (3 of 264 points are) with 35% of the space, for most seeds, noisy timings.
+    (Successive halving samples its rungs at random: it saves GPU-seconds, not evaluations.)"""
+    count = landscape.space().count(landscape.shape_for(M))
+    _, best = landscape.exhaustive_best(M)
+    assert sum((landscape.objective(c, M) or math.inf) <= 1.03 * best for c in landscape.configs(M)) <= 5
+    hits = 0
+    for seed in range(4):
+        driver, _ = run(landscape, "tpe", seed=seed, budget=Budget(max_evals=int(0.35 * count)), noise_seed=seed)
+        config = driver.progress().best_config
+        hits += landscape.objective(config, M) <= 1.03 * best
+    assert hits >= 3, hits
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_same_seed_same_search_other_seed_other_search(landscape: Landscape, name: str) -> None:
+    sequences = []
+    for seed in (5, 5, 6):
+        _, evaluator = run(landscape, name, seed=seed, budget=Budget(max_evals=30), noise_seed=11)
+        sequences.append([p.key for p in evaluator.submitted])
+    assert sequences[0] == sequences[1]
+    if name != "exhaustive":
+        assert sequences[0] != sequences[2]
+
+
+def test_invalid_points_are_never_proposed_and_cost_no_evaluation() -> None:
+    # Only a few of 8*8*8 = 512 raw points are valid: TPE proposes invalid ones and must drop them.
+    space = ConfigSpace.parse({"a": {"range": [1, 8]}, "b": {"range": [1, 8]}, "c": {"range": [1, 8]},
+                               "constraints": ["a + b + c == 12", "a <= b"]})
+    valid = {space.canonical(c) for c in space.points({})}
+    strategy = TPESearch(space, {}, budget=Budget(max_evals=len(valid)), seed=0, n_startup_trials=5)
+    told = 0
+    while not strategy.finished():
+        proposals = strategy.ask(3)
+        assert proposals, "TPE stalled"
+        for p in proposals:
+            assert space.canonical(p.config) in valid
+            strategy.tell(p, Outcome.success(float(p.config["a"] * 10 + p.config["c"])))
+            told += 1
+    assert strategy.invalid_asks > 0  # Optuna did propose invalid combinations
+    assert strategy.tracker.evals == told == len(valid)
+    assert strategy.best() == ({"a": 1, "b": 8, "c": 3}, 13.0)
+
+
+def test_failures_are_never_the_best() -> None:
+    space = ConfigSpace.parse({"x": [1, 2, 3]})
+    strategy = make_strategy("exhaustive", space, {})
+    outcomes = {1: Outcome.failure("check_failed"), 2: Outcome.success(9.0), 3: Outcome.failure("compile_error")}
+    for p in strategy.ask(3):
+        strategy.tell(p, outcomes[p.config["x"]])
+    assert strategy.best() == ({"x": 2}, 9.0)
+    with pytest.raises(ValueError):
+        Outcome(verdict="crash", value_us=1.0)
+    with pytest.raises(ValueError):
+        Outcome(verdict="ok")
+
+
+def test_max_evals_and_cost_budgets(landscape: Landscape) -> None:
+    driver, evaluator = run(landscape, "random", seed=0, budget=Budget(max_evals=17), batch_size=5)
+    assert len(evaluator.submitted) == 17 and driver.progress().evaluations == 17
+    driver, evaluator = run(landscape, "random", seed=0, budget=Budget(max_cost_s=30.0), batch_size=1)
+    cost = driver.progress().cost_s
+    spent_before_last = cost - landscape.outcome(evaluator.submitted[-1].config, M).cost_s
+    assert cost >= 30.0 > spent_before_last
+
+
+@pytest.mark.parametrize("name", ["random", "tpe"])
+def test_patience_stops_after_k_evaluations_without_improvement(landscape: Landscape, name: str) -> None:
+    patience = 6
+    driver, _ = run(landscape, name, seed=2, budget=Budget(patience=patience), batch_size=1)
+    values = [h.value_us for h in driver.history]
+    last_improvement = max(i for i, v in enumerate(values) if i == 0 or (v is not None and
+                                                                          (values[i - 1] is None or v < values[i - 1])))
+    assert len(values) == last_improvement + 1 + patience
+    assert "no improvement" in (driver.stop_reason or "")
+    assert len(values) < landscape.space().count(landscape.shape_for(M))
+
+
+def test_successive_halving_promotes_only_the_best_shorts(landscape: Landscape) -> None:
+    strategy = SuccessiveHalving(landscape.space(), landscape.shape_for(M), seed=1, eta=3, rung_size=12,
+                                 budget=Budget(max_evals=64))
+    evaluator = ReplayEvaluator(landscape, M, noise_seed=4)
+    SearchDriver(strategy, evaluator, batch_size=5).run()
+    assert len(strategy.brackets) >= 2
+    fulls = [p for p in evaluator.submitted if p.fidelity == "full"]
+    for bracket in strategy.brackets:
+        shorts = [(strategy.results[Proposal(config=c, fidelity="short").key], c) for c in bracket["short"]]
+        ranked = sorted([(o.value_us, i) for i, (o, _) in enumerate(shorts) if o.ok])
+        expected = [shorts[i][1] for _, i in ranked[:math.ceil(len(shorts) / 3)]]
+        assert bracket["promoted"] == expected
+    promoted = [c for b in strategy.brackets for c in b["promoted"]]
+    assert all(p.config in promoted for p in fulls)
+    # Every full evaluation came after its bracket's shorts were all told.
+    first_full = evaluator.submitted.index(fulls[0])
+    assert all(p.fidelity == "short" for p in evaluator.submitted[:first_full])
+    assert first_full >= 12
+    # best() reads full-fidelity results only.
+    best_config, best_value = strategy.best()
+    assert Proposal(config=best_config).key in strategy.results
+    full_values = [o.value_us for k, o in strategy.results.items() if k.startswith("full:") and o.ok]
+    assert best_value == min(full_values)
+
+
+def test_transfer_evaluates_seeds_first_nearest_first(landscape: Landscape) -> None:
+    known = [({**DIMS, "M": 8}, {"BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4, "num_stages": 3}),
+             ({**DIMS, "M": 64}, {"BLOCK_N": 128, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 8, "num_stages": 4}),
+             ({**DIMS, "K": 1024, "M": 4}, {"BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 8, "num_stages": 2}),
+             ({**DIMS, "M": 2}, {"BLOCK_N": 32, "BLOCK_K": 256, "SPLIT_K": 4, "num_warps": 4, "num_stages": 2}),
+             ({"N": 7168, "K": 1024, "M": 1}, {"BLOCK_N": 32, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 4, "num_stages": 2})]
+    seeds = nearest_seeds(known, landscape.shape_for(M), k=3)
+    # |log2| distances: M=2 -> 1, M=8 -> 3, (K=1024, M=4) -> 0.58 + 2, M=64 -> 6, other N and K -> 2.35.
+    assert [s.source for s in seeds] == [ConfigSpace.canonical({**DIMS, "M": 2}),
+                                         ConfigSpace.canonical({"N": 7168, "K": 1024, "M": 1}),
+                                         ConfigSpace.canonical({**DIMS, "K": 1024, "M": 4})]
+    # BLOCK_K 256 x SPLIT_K 8 > K: not valid here, must be skipped.
+    invalid = TransferSeed(config={"BLOCK_N": 32, "BLOCK_K": 256, "SPLIT_K": 8, "num_warps": 4, "num_stages": 2},
+                           distance=0.5)
+    driver, evaluator = run(landscape, "transfer", seed=0, budget=Budget(max_evals=20), seeds=[*seeds, invalid])
+    assert [p.config for p in evaluator.submitted[:3]] == [s.config for s in seeds]
+    assert driver.strategy.skipped_seeds == [invalid]
+    assert len(evaluator.submitted) == 20
