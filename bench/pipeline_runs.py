@@ -53,8 +53,9 @@ def slot_of(path: Path) -> str:
     raise SystemExit(f"cannot tell the slot of {path}: name it <slot>_<what>.py")
 
 
-def configs_for(source: str, shape_arg: dict[str, Any], mode: str, rng: random.Random) -> list[dict[str, Any]]:
-    space_json = declared_space(source)
+def configs_for(source: str, shape_arg: dict[str, Any], mode: str, rng: random.Random,
+                space_json: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    space_json = space_json or declared_space(source)
     if not space_json:
         return [{}]
     space = ConfigSpace.parse(space_json)
@@ -84,6 +85,9 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=180.0)
     ap.add_argument("--min-time", type=float, default=0.3, help="bench seconds per run")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--space", default="", help="JSON config space overriding the module's (e.g. a subspace)")
+    ap.add_argument("--landscape", action="store_true",
+                    help="also write a search landscape (one variant, one shape): every point measured once")
     ap.add_argument("--out", default=os.environ.get("OUT", str(REPO / "bench" / "results")))
     ap.add_argument("--data-dir", default=os.environ.get("KT_DATA_DIR", str(Path.home() / ".kerneltune")))
     args = ap.parse_args()
@@ -91,6 +95,7 @@ def main() -> None:
     rng = random.Random(args.seed)
     dep = Deployment(spec=args.model, tp=args.tp, batch_sizes=[int(b) for b in args.batches.split(",")])
     wanted = {s for s in args.shapes.split(",") if s}
+    space_override = json.loads(args.space) if args.space else None
     rows: list[dict[str, Any]] = []
     t_start = time.monotonic()
     fingerprint: dict[str, Any] = {}
@@ -103,7 +108,7 @@ def main() -> None:
             if wanted and shape.name not in wanted:
                 continue
             for m in dep.token_counts():
-                for config in configs_for(source, shape.as_build_arg(m), args.configs, rng):
+                for config in configs_for(source, shape.as_build_arg(m), args.configs, rng, space_override):
                     spec = RunSpec(run_id=str(uuid.uuid4()), slot=slot.name, language=language, source=source,
                                    source_hash=source_hash(source), config=config, shape=shape.to_json(), m=m,
                                    device=args.device, seed=rng.randrange(2**31), timeout_s=args.timeout,
@@ -145,6 +150,35 @@ def main() -> None:
     (out / f"{stem}.json").write_text(json.dumps({**header, "rows": rows}, indent=1, default=str))
     (out / f"{stem}.md").write_text(markdown(header, rows))
     print(f"wrote {out / stem}.json and .md ({len(rows)} runs, {header['wall_s']} s)")
+    if args.landscape:
+        write_landscape(out, header, rows, args, space_override)
+
+
+def write_landscape(out: Path, header: dict[str, Any], rows: list[dict[str, Any]], args: argparse.Namespace,
+                    space_override: dict[str, Any] | None) -> None:
+    """The rows as a search landscape (search/landscape.py): what the replay device answers from."""
+    from search.landscape import Landscape, LandscapeMeta, LandscapeRecord
+
+    variants = {r["variant"] for r in rows}
+    shapes = {r["shape_key"] for r in rows}
+    if len(variants) != 1 or len(shapes) != 1:
+        raise SystemExit("--landscape needs exactly one variant and one shape")
+    first = rows[0]
+    vpath = next(Path(p) for p in args.variants.split(","))
+    records = [LandscapeRecord(config=r["config"], m=r["M"], verdict="ok" if r["verdict"] == "passed" else r["verdict"],
+                               median_us=r.get("median_us"), baseline_median_us=r.get("baseline_median_us"),
+                               p10_us=r.get("p10_us"), p90_us=r.get("p90_us"), cost_s=r.get("child_wall_s") or 0.0)
+               for r in rows]
+    dims = next(sh for sh in get_slot(first["slot"]).shapes(Deployment(spec=args.model, tp=args.tp))
+                if sh.key == first["shape_key"]).dims
+    meta = LandscapeMeta(slot=first["slot"], variant=first["variant"], language=first["language"], shape=dict(dims),
+                         ms=sorted({r["M"] for r in rows}), hardware=header["fingerprint"], date=header["date"],
+                         commit=header["commit"], command=header["command"], source="measured",
+                         space=space_override or declared_space(vpath.read_text()) or {},
+                         notes=f"every valid point measured once by workers.sandbox.evaluate on {header['device']}")
+    path = out / f"{header['date']}-{args.hardware}-landscape-{vpath.stem}-{first['shape']}.json"
+    Landscape(meta, records).save(path)
+    print(f"wrote landscape {path} ({len(records)} points)")
 
 
 def markdown(header: dict[str, Any], rows: list[dict[str, Any]]) -> str:

@@ -1,0 +1,187 @@
+"""Tune decode-path slots through the service itself on a GPU host, then write the results file
+from the service's own winners table.
+
+Starts the embedded stack (API + one Celery worker on the local GPU, SQLite + filesystem broker:
+the lent H200 has no Redis), submits every variant of a plan over REST, runs one evaluation job
+per variant, waits, and writes bench/results/<date>-<hw>-<what>.json/.md from GET /v1/winners and
+GET /v1/leaderboard. The SQLite file is copied next to the results as the evidence behind them.
+
+    python bench/service_tuning.py --plan bench/plans/h200_decode.json --hardware h200 --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from kernels.variant_meta import declared_literals, declared_space  # noqa: E402
+from service.client import ApiError, Client  # noqa: E402
+from service.embedded import EmbeddedStack  # noqa: E402
+
+SMALL_M = (1, 2, 4, 8, 16)
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return os.environ.get("KT_COMMIT", "unknown")
+
+
+def token_for(data_dir: Path) -> str | None:
+    path = data_dir / "admin-token"
+    return path.read_text().strip() if path.exists() else os.environ.get("KT_TOKEN")
+
+
+def run_plan(client: Client, plan: dict[str, Any], hardware: str, deadline: float) -> list[dict[str, Any]]:
+    jobs = []
+    for item in plan["variants"]:
+        path = REPO / item["file"]
+        source = path.read_text()
+        lit = declared_literals(source)
+        variant = client.post("/v1/variants", {
+            "slot": item["slot"], "language": item["language"], "source": source,
+            "config_space": declared_space(source) or {},
+            "provenance": {"author": "kerneltune-shipped", "agent": None, "parent_id": None,
+                           "notes": f"shipped variant {item['file']}"},
+            **({"declares_library": True} if lit.get("USES_LIBRARY") else {}),
+        })
+        created = client.post("/v1/jobs", {
+            "variant_id": variant["id"], "deployment": plan["deployment"], "hardware": hardware,
+            "configs": item.get("configs", "all"), **({"shapes": item["shapes"]} if item.get("shapes") else {}),
+        })
+        jobs.append({"file": item["file"], "variant_id": variant["id"], "job_id": created["job"]["id"],
+                     "runs": created["runs"]})
+        print(f"submitted {item['file']}: variant {variant['id']} job {created['job']['id']} ({created['runs']} runs)",
+              flush=True)
+    pending = {j["job_id"] for j in jobs}
+    while pending and time.monotonic() < deadline:
+        for job_id in sorted(pending):
+            job = client.get(f"/v1/jobs/{job_id}")
+            if job["state"] in ("done", "cancelled"):
+                pending.discard(job_id)
+                print(f"job {job_id} {job['state']}: {job['progress']['by_verdict']}", flush=True)
+        time.sleep(2)
+    for job_id in pending:  # out of time: what ran is kept, the rest is cancelled and reported
+        client.post(f"/v1/jobs/{job_id}/cancel")
+        print(f"job {job_id} cancelled at the deadline", flush=True)
+    for j in jobs:
+        j["state"] = client.get(f"/v1/jobs/{j['job_id']}")["state"]
+    return jobs
+
+
+def geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def summarise(winners: list[dict[str, Any]], board: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per slot and shape: the winner per bucket (or stock), and the geometric-mean speedup at M<=16."""
+    best_by_m: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for g in board:
+        if g["entries"]:
+            best_by_m[(g["slot"], g["shape_name"], g["m"])] = g["entries"][0]
+    per_shape: dict[str, dict[str, Any]] = {}
+    for w in winners:
+        key = f"{w['slot']}/{w['shape_name']}"
+        ev = w.get("evidence") or {}
+        entry = per_shape.setdefault(key, {"buckets": {}, "small_m_speedups": []})
+        entry["buckets"][w["batch_bucket"]] = {
+            "winner": "stock" if w["is_stock"] else f"variant {ev.get('variant_id')} ({ev.get('language')})",
+            "config": None if w["is_stock"] else ev.get("config"),
+            "median_us": ev.get("median_us"), "stock_us": ev.get("baseline_median_us"),
+            "speedup": 1.0 if w["is_stock"] else ev.get("speedup"),
+            "ci": None if w["is_stock"] else [ev.get("speedup_ci_lo"), ev.get("speedup_ci_hi")],
+            "frac_of_floor": ev.get("frac_of_floor"), "m": ev.get("m"),
+        }
+    for (slot, shape, m), e in best_by_m.items():
+        if m in SMALL_M:
+            entry = per_shape.setdefault(f"{slot}/{shape}", {"buckets": {}, "small_m_speedups": []})
+            # A bucket whose best run does not beat stock falls back to stock: count it as 1.0x.
+            entry["small_m_speedups"].append(max(1.0, e["speedup"]) if e["beats_stock"] else 1.0)
+    for entry in per_shape.values():
+        entry["geomean_speedup_m1_16"] = geomean(entry.pop("small_m_speedups"))
+    return per_shape
+
+
+def markdown(header: dict[str, Any], summary: dict[str, Any]) -> str:
+    lines = [f"# {header['what']}", "", f"- date: {header['date']}; device: {header['device']}; "
+             f"commit: `{header['commit']}`", f"- command: `{header['command']}`",
+             "- source: the service's winners table (GET /v1/winners) after the plan's jobs ran on the "
+             "worker; speedups are against the stock kernel timed in the same child process", "",
+             "| slot/shape | bucket | winner | us | stock us | speedup [95% CI] | of HBM floor |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for key, entry in sorted(summary.items()):
+        for bucket, b in sorted(entry["buckets"].items(), key=lambda kv: int(kv[0].split("-")[0])):
+            ci = "-" if not b["ci"] else f"[{b['ci'][0]:.2f}, {b['ci'][1]:.2f}]"
+            us = "-" if b["median_us"] is None else f"{b['median_us']:.2f}"
+            stock = "-" if b["stock_us"] is None else f"{b['stock_us']:.2f}"
+            floor = "-" if b["frac_of_floor"] is None else f"{100 * b['frac_of_floor']:.0f}%"
+            sp = "-" if b["speedup"] is None else f"{b['speedup']:.2f}"
+            lines.append(f"| {key} | {bucket} | {b['winner']} | {us} | {stock} | {sp} {ci} | {floor} |")
+        gm = entry.get("geomean_speedup_m1_16")
+        lines.append(f"| {key} | geomean M=1-16 | | | | {'-' if gm is None else f'{gm:.2f}x'} | |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--plan", required=True)
+    ap.add_argument("--what", default="decode-tuning")
+    ap.add_argument("--hardware", default="h200")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--budget-s", type=float, default=420, help="stop waiting for jobs after this long")
+    ap.add_argument("--out", default=os.environ.get("OUT", str(REPO / "bench" / "results")))
+    ap.add_argument("--data-dir", default="/tmp/kt-service")
+    args = ap.parse_args()
+
+    plan = json.loads(Path(args.plan).read_text())
+    data_dir = Path(args.data_dir)
+    t0 = time.monotonic()
+    stack = EmbeddedStack(data_dir, port=8791, hardware=args.hardware,
+                          env_extra={"KT_DEVICE": args.device, "KT_RUN_TIMEOUT_S": "150"})
+    stack.start()
+    try:
+        client = Client(stack.url, token=token_for(data_dir))
+        jobs = run_plan(client, plan, args.hardware, deadline=t0 + args.budget_s)
+        winners = client.get("/v1/winners", hardware=args.hardware)
+        board = client.get("/v1/leaderboard", hardware=args.hardware, per_group=3)
+        fingerprints = {
+            (w.get("evidence") or {}).get("fingerprint", {}).get("id"): (w.get("evidence") or {}).get("fingerprint")
+            for w in winners if w.get("evidence")}
+    except ApiError as exc:
+        raise SystemExit(f"service error: {exc}")
+    finally:
+        stack.stop()
+    fp = next((f for f in fingerprints.values() if f), {}) or {}
+    date = dt.date.today().isoformat()
+    header = {"what": f"kerneltune service tuning: {args.what}", "date": date,
+              "device": (fp.get("fields") or {}).get("name", args.device), "fingerprint": fp,
+              "commit": git_commit(), "command": " ".join(sys.argv), "plan": plan, "jobs": jobs,
+              "wall_s": round(time.monotonic() - t0, 1)}
+    summary = summarise(winners, board)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"{date}-{args.hardware}-{args.what}"
+    (out / f"{stem}.json").write_text(json.dumps({**header, "summary": summary, "winners": winners,
+                                                  "leaderboard": board}, indent=1, default=str))
+    (out / f"{stem}.md").write_text(markdown(header, summary))
+    shutil.copy(data_dir / "kerneltune.db", out / f"{stem}.sqlite")
+    print(markdown(header, summary))
+
+
+if __name__ == "__main__":
+    main()
