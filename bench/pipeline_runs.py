@@ -59,6 +59,8 @@ def configs_for(source: str, shape_arg: dict[str, Any], mode: str, rng: random.R
     if not space_json:
         return [{}]
     space = ConfigSpace.parse(space_json)
+    if mode.startswith("["):  # an explicit list: each config where it is valid for this (shape, M)
+        return [c for c in json.loads(mode) if space.is_valid(c, shape_arg)]
     if mode == "default":
         default = declared_literals(source).get("DEFAULT_CONFIG")
         if default is not None and space.is_valid(default, shape_arg):
@@ -75,7 +77,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--what", required=True, help="name for the results file")
     ap.add_argument("--variants", required=True, help="comma-separated variant files")
-    ap.add_argument("--configs", default="default", help="default | all | N (random sample of valid points)")
+    ap.add_argument("--configs", default="default", help="default | all | N (random sample of valid points) | a JSON list of configs")
     ap.add_argument("--model", default="kimi-k2-like")
     ap.add_argument("--tp", type=int, default=8)
     ap.add_argument("--batches", default="1,2,4,8,16,32,64")
