@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from db.migrate import upgrade
 from db.session import make_engine, make_session_factory
+from service import metrics
+from service.auth import enforce_policy, install_auth_error_handler
 from service.deps import EnqueueFn, PingFn
 from service.errors import install_error_handlers
-from service.routers import catalogue, health, jobs, leaderboard, variants, winners
+from service.logging_setup import RequestLog, configure_json_logging
+from service.routers import (catalogue, dashboard, health, jobs, leaderboard, searches, tokens, tools, variants,
+                             winners)
+from service.search_dispatch import enqueue_drive, sweep_searches_forever
 from service.settings import Settings
 from service.sweeper import sweep_forever
 
@@ -56,6 +62,8 @@ def create_app(settings: Settings | None = None, *, enqueue_runs: EnqueueFn | No
                broker_ping: PingFn | None = None) -> FastAPI:
     """``enqueue_runs`` / ``broker_ping`` replace workers.dispatch's functions (embedding, tests)."""
     settings = settings or Settings.from_env()
+    if os.environ.get("KT_LOG_FORMAT", "json") == "json":  # KT_LOG_FORMAT=plain keeps logging as it is
+        configure_json_logging(os.environ.get("KT_LOG_LEVEL", "INFO").upper())
     engine = make_engine(settings.database_url)
 
     @asynccontextmanager
@@ -63,20 +71,31 @@ def create_app(settings: Settings | None = None, *, enqueue_runs: EnqueueFn | No
         if settings.migrate_on_startup:
             upgrade(engine=engine)
         sweeper = _start_sweeper(app, settings)
+        # Hands a search whose driver died to a new one (it resumes from the database).
+        search_sweeper = asyncio.create_task(sweep_searches_forever(
+            app.state.session_factory, app.state.enqueue_search or enqueue_drive, settings.sweep_interval_s))
         yield
+        search_sweeper.cancel()
         if sweeper is not None:
             sweeper.cancel()
         engine.dispose()
 
-    app = FastAPI(title="kerneltune", version="0.1.0", lifespan=lifespan,
+    # enforce_policy covers every route, including routers added later: see service/auth.py.
+    app = FastAPI(title="kerneltune", version="0.1.0", lifespan=lifespan, dependencies=[Depends(enforce_policy)],
                   description="Kernel variants for the decode path of MoE LLMs: submit, evaluate, rank, export.")
     app.state.settings = settings
     app.state.engine = engine
     app.state.session_factory = make_session_factory(engine)
     app.state.enqueue_runs = enqueue_runs
     app.state.broker_ping = broker_ping
+    app.state.enqueue_search = None  # tests may swap the drive-task sender (service/search_dispatch.py)
+    app.state.metrics_registry = metrics.make_registry(app.state.session_factory, settings.running_lease_seconds)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(RequestLog)
     install_error_handlers(app)
-    for module in (variants, jobs, leaderboard, winners, catalogue, health):
+    install_auth_error_handler(app)
+    for module in (variants, jobs, searches, leaderboard, winners, catalogue, health, tokens, tools, dashboard,
+                   metrics):
         app.include_router(module.router)
+    dashboard.mount_static(app)
     return app

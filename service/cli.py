@@ -64,12 +64,71 @@ def up(port: int = 8765, data_dir: Optional[Path] = typer.Option(None, help="def
     with console.status("starting API and worker..."):
         stack.start()
     console.print(f"kerneltune is up at [bold]{stack.url}[/bold] (data in {stack.data_dir}); Ctrl-C to stop")
+    _print_token_file(stack)
     try:
         signal.pause()
     except KeyboardInterrupt:
         pass
     finally:
         stack.stop()
+
+
+def _print_token_file(stack: EmbeddedStack) -> None:
+    word = "created" if stack.admin_token_created else "in"
+    console.print(f"local admin token {word} {stack.admin_token_file} (mode 0600); dashboard at {stack.url}/ ; "
+                  f"for the CLI: export KT_TOKEN=$(cat {stack.admin_token_file})")
+
+
+# --- API tokens (admin) ----------------------------------------------------------------------
+
+tokens_app = typer.Typer(help="API tokens: create, list, revoke (needs an admin token: $KT_TOKEN or "
+                              "<data_dir>/admin-token).", no_args_is_help=True)
+app.add_typer(tokens_app, name="tokens")
+
+
+@tokens_app.command("create")
+def tokens_create(name: str = typer.Option(..., help="user or agent name"),
+                  scopes: str = typer.Option("read", help="comma-separated: read, submit, export, admin"),
+                  gpu_seconds_per_day: Optional[float] = typer.Option(None, help="daily GPU-seconds quota"),
+                  max_concurrent_jobs: Optional[int] = typer.Option(None, help="queued + running jobs at once"),
+                  api: Optional[str] = ApiOpt) -> None:
+    """Create a token; its secret is printed once (only its hash is stored)."""
+    body = {"name": name, "scopes": [s.strip() for s in scopes.split(",") if s.strip()],
+            "gpu_seconds_per_day": gpu_seconds_per_day, "max_concurrent_jobs": max_concurrent_jobs}
+    try:
+        out = _client(api).post("/v1/tokens", body)
+    except ApiError as exc:
+        _fail(exc)
+    console.print(f"token [bold]{out['name']}[/bold] ({', '.join(out['scopes'])}); the secret, shown once:",
+                  highlight=False)
+    print(out["secret"])  # plain stdout: scripts capture it with $(kerneltune tokens create ...)
+
+
+@tokens_app.command("list")
+def tokens_list(api: Optional[str] = ApiOpt) -> None:
+    """Every token with its scopes and quotas (never the secrets)."""
+    try:
+        rows = _client(api).get("/v1/tokens")
+    except ApiError as exc:
+        _fail(exc)
+    t = Table(title="API tokens")
+    for col in ("name", "prefix", "scopes", "GPU-s/day", "max jobs", "last used", "revoked"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"], r["prefix"] + "…", ",".join(r["scopes"]), _fmt(r.get("gpu_seconds_per_day"), ".0f"),
+                  str(r.get("max_concurrent_jobs") or "-"), str(r.get("last_used_at") or "-"),
+                  "yes" if r["revoked"] else "")
+    console.print(t)
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(name: str, api: Optional[str] = ApiOpt) -> None:
+    """Revoke a token: its secret stops working at once."""
+    try:
+        _client(api).post(f"/v1/tokens/{name}/revoke")
+    except ApiError as exc:
+        _fail(exc)
+    console.print(f"token {name} revoked")
 
 
 # --- variants and jobs -----------------------------------------------------------------------
@@ -261,8 +320,9 @@ def demo(port: int = 8765, data_dir: Optional[Path] = typer.Option(None, help="d
     with console.status("starting the embedded service (SQLite, filesystem broker) and a CPU worker..."):
         stack.start()
     console.print(f"service at {stack.url}, data in {stack.data_dir}")
+    _print_token_file(stack)
     try:
-        client = Client(stack.url)
+        client = stack.client()
         variant = submit_variant(client, SHIPPED / "torch" / "dense_gemm_matmul.py", "dense_gemm", "torch",
                                  None, author="kerneltune-demo", notes="shipped torch variant")
         console.print(f"variant {variant['id']} submitted (sha256 {variant['content_hash'][:12]})")

@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 DEFAULT_API = "http://127.0.0.1:8765"
+ADMIN_TOKEN_FILE = "admin-token"  # written by the embedded default on first start (service/auth.py)
+
+
+def default_token() -> str | None:
+    """$KT_TOKEN, else the embedded default's local admin token under $KT_DATA_DIR (~/.kerneltune)."""
+    token = os.environ.get("KT_TOKEN")
+    if token:
+        return token.strip()
+    path = Path(os.environ.get("KT_DATA_DIR") or Path.home() / ".kerneltune").expanduser() / ADMIN_TOKEN_FILE
+    try:
+        return path.read_text().strip() or None
+    except OSError:  # no file, or not ours to read: the API answers 401 with what to do
+        return None
 
 
 class ApiError(RuntimeError):
@@ -22,7 +36,7 @@ class Client:
     def __init__(self, base_url: str | None = None, token: str | None = None, timeout: float = 30.0):
         self.base_url = (base_url or os.environ.get("KT_API_URL") or DEFAULT_API).rstrip("/")
         headers = {}
-        token = token or os.environ.get("KT_TOKEN")
+        token = token or default_token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers)

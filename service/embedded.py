@@ -44,6 +44,15 @@ def worker_command(hardware: str, name: str = "worker") -> list[str]:
             "--without-gossip", "--without-mingle", "--without-heartbeat"]
 
 
+def control_worker_command(name: str = "control", concurrency: int = 4) -> list[str]:
+    # Search drivers (kt.drive_search) on their own worker: a driver runs for the whole search, so on a
+    # device worker's queue it would hold the device it waits for. Threads: a driver mostly waits on
+    # the database, and several searches are driven at once.
+    return [sys.executable, "-m", "celery", "-A", "workers.celery_app:app", "worker", "-Q", "kt.control",
+            "--pool", "threads", "--concurrency", str(concurrency), "-n", f"{name}@%h", "--loglevel", "WARNING",
+            "--without-gossip", "--without-mingle", "--without-heartbeat"]
+
+
 @dataclass
 class EmbeddedStack:
     data_dir: Path
@@ -54,6 +63,17 @@ class EmbeddedStack:
     env_extra: dict[str, str] = field(default_factory=dict)
     log_dir: Path | None = None
     procs: list[subprocess.Popen] = field(default_factory=list)
+    admin_token_file: Path | None = None  # set by start(): where the local admin token's secret is
+    admin_token_created: bool = False
+    control_worker: bool = True  # a worker on kt.control that drives searches
+
+    @property
+    def admin_token(self) -> str:
+        assert self.admin_token_file is not None, "start() the stack first"
+        return self.admin_token_file.read_text().strip()
+
+    def client(self) -> Client:
+        return Client(self.url, token=self.admin_token)
 
     @property
     def url(self) -> str:
@@ -77,13 +97,34 @@ class EmbeddedStack:
     def start_worker(self, index: int = 0) -> subprocess.Popen:
         return self._spawn(worker_command(self.hardware, name=f"w{index}"), f"worker{index}")
 
+    def start_control_worker(self) -> subprocess.Popen:
+        return self._spawn(control_worker_command(), "control")
+
     def start(self, ready_timeout_s: float = 90.0) -> "EmbeddedStack":
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.ensure_admin_token()
         self.start_api()
         Client(self.url).wait_ready(ready_timeout_s)  # the API migrates the DB before it is ready
         for i in range(self.workers):
             self.start_worker(i)
+        if self.control_worker:
+            self.start_control_worker()
         return self
+
+    def ensure_admin_token(self) -> Path:
+        """First start: migrate and create the local admin token (<data_dir>/admin-token, mode 0600)."""
+        from db.migrate import upgrade
+        from db.session import make_engine, make_session_factory
+        from service.auth import ensure_local_admin_token
+
+        engine = make_engine(self.env["KT_DATABASE_URL"])
+        try:
+            upgrade(engine=engine)
+            self.admin_token_file, self.admin_token_created = ensure_local_admin_token(
+                make_session_factory(engine), Path(self.env["KT_DATA_DIR"]))
+        finally:
+            engine.dispose()
+        return self.admin_token_file
 
     def stop(self) -> None:
         for proc in self.procs:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from kernels.catalogue import LANGUAGES, all_slots
 from kernels.deployment import Deployment
@@ -80,7 +80,9 @@ class JobCreate(BaseModel):
     configs: Literal["all"] | list[dict[str, Any]] = Field(
         default="all", description='"all" (whole space, constraints applied) or an explicit list of configs')
     shapes: list[str] | None = Field(default=None, description="restrict to these shape names of the deployment")
-    submitted_by: str | None = Field(default=None, max_length=128)
+    submitted_by: str | None = Field(default=None, max_length=128,
+                                     description="ignored: jobs record the submitting token's name")
+    private: bool = Field(default=False, description="only the submitting token (and admins) can see the job")
 
 
 class Progress(BaseModel):
@@ -109,6 +111,7 @@ class JobOut(BaseModel):
     state: JobState
     progress: Progress
     submitted_by: str | None
+    private: bool = False
     created_at: datetime
     cancelled_at: datetime | None
 
@@ -276,3 +279,109 @@ class Ready(BaseModel):
     status: Literal["ready", "not_ready"]
     database: str
     broker: str
+
+
+# --- config searches (service/routers/searches.py) ------------------------------------------------
+
+SearchStrategyName = Literal["exhaustive", "random", "tpe", "successive_halving", "transfer"]
+SearchState = Literal["queued", "running", "done", "cancelled", "failed"]
+
+
+class SearchBudget(BaseModel):
+    """Limits per target (one shape at one M, or over one batch bucket); any limit reached stops it."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    max_evals: int | None = Field(default=None, ge=1, description="evaluations (a short timing counts as one)")
+    max_gpu_seconds: float | None = Field(default=None, gt=0, validation_alias=AliasChoices("max_gpu_seconds", "max_cost_s"),
+                                          description="device seconds spent (alias: max_cost_s)")
+    patience: int | None = Field(default=None, ge=1, description="full evaluations in a row without improving the best")
+
+
+class SearchCreate(BaseModel):
+    variant_id: int
+    deployment: Deployment = Field(default_factory=Deployment)
+    hardware: str = Field(default="cpu", pattern=HARDWARE_PATTERN)
+    shapes: list[str] | None = Field(default=None, description="restrict to these shape names of the deployment")
+    strategy: SearchStrategyName = "tpe"
+    budget: SearchBudget = Field(default_factory=SearchBudget)
+    batch_size: int | None = Field(default=None, ge=1, le=256,
+                                   description="configs in flight per target; default: the queue's live workers, else 4")
+    per: Literal["m", "bucket"] = Field(default="m", description='one sub-search per M, or per batch bucket '
+                                                                 '(objective: the summed time over its Ms)')
+    seed: int = Field(default=0, ge=0)
+    options: dict[str, Any] = Field(default_factory=dict, description="strategy options: eta, rung_size, n_startup_trials")
+    private: bool = False
+
+    @field_validator("options")
+    @classmethod
+    def _known_options(cls, v: dict[str, Any]) -> dict[str, Any]:
+        allowed = {"eta", "rung_size", "n_startup_trials", "max_model_asks"}
+        unknown = sorted(set(v) - allowed)
+        if unknown:
+            raise ValueError(f"unknown strategy options {unknown}; allowed: {sorted(allowed)}")
+        return v
+
+
+class SearchBest(BaseModel):
+    config: dict[str, Any]
+    median_us: float = Field(description="summed median over the target's Ms")
+    baseline_median_us: float | None
+    speedup: float | None
+    run_ids: list[str]
+
+
+class SearchHistoryPoint(BaseModel):
+    evaluations: int
+    gpu_seconds: float
+    best_us: float | None
+
+
+class SearchTargetOut(BaseModel):
+    label: str
+    shape_name: str
+    shape_key: str
+    ms: list[int]
+    batch_bucket: str | None
+    valid_points: int
+    evaluations: int = Field(description="finished proposals (short and full)")
+    full_evaluations: int
+    failed: int
+    in_flight: int
+    gpu_seconds: float
+    best: SearchBest | None
+    finished: bool
+    stop_reason: str | None
+    history: list[SearchHistoryPoint] = Field(description="best-so-far after every finished proposal (for plotting)")
+
+
+class SearchOut(BaseModel):
+    id: int
+    variant_id: int
+    job_id: int
+    short_job_id: int | None
+    hardware: str
+    queue: str
+    model_name: str
+    strategy: str
+    budget: dict[str, Any]
+    batch_size: int
+    per: str
+    seed: int
+    options: dict[str, Any]
+    state: SearchState
+    error: str | None
+    driver: str | None
+    evaluations: int
+    in_flight: int
+    targets: list[SearchTargetOut]
+    submitted_by: str | None
+    private: bool
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    enqueue_error: str | None = Field(default=None, description="the drive task could not be sent; the sweeper retries")
+
+
+class SearchCancelOut(BaseModel):
+    search: SearchOut
+    cancelled_runs: int

@@ -8,6 +8,7 @@ the reason, unless KT_ALLOW_NO_PG=1 (then they skip).
 
 from __future__ import annotations
 
+import itertools
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -118,7 +119,27 @@ def client(db_url: str, tmp_path: Path, enqueue_recorder: EnqueueRecorder) -> It
     settings = Settings(database_url=db_url, broker_url="memory://", data_dir=tmp_path)
     app = create_app(settings, enqueue_runs=enqueue_recorder, broker_ping=lambda: None)
     with TestClient(app) as c:  # the context runs the lifespan: migrations to head
+        # Every request carries an admin token made straight in the DB; test_auth checks the others.
+        c.headers["Authorization"] = f"Bearer {token_in_db(app.state.session_factory, 'test-admin', ['admin'])}"
         yield c
+
+
+def token_in_db(factory: sessionmaker[Session], name: str, scopes: list[str], **quota: Any) -> str:
+    """Create an API token directly in the database; returns its secret."""
+    from db.queries.tokens import create_token
+
+    with factory() as s:
+        return create_token(s, name=name, scopes=scopes, **quota)[1]
+
+
+@pytest.fixture
+def make_token(client: TestClient) -> Callable[..., str]:
+    """make_token(["read"], name=None, gpu_seconds_per_day=None, max_concurrent_jobs=None) -> secret."""
+    names = itertools.count()
+
+    def make(scopes: list[str], name: str | None = None, **quota: Any) -> str:
+        return token_in_db(client.app.state.session_factory, name or f"token{next(names)}", scopes, **quota)  # type: ignore[attr-defined]
+    return make
 
 
 # --- results as the harness reports them (workers/protocol.py RunResult, as a dict) ----------------
@@ -127,7 +148,8 @@ def client(db_url: str, tmp_path: Path, enqueue_recorder: EnqueueRecorder) -> It
 def run_result() -> Callable[..., dict[str, Any]]:
     def make(run_id: str, verdict: str = "passed", median_us: float = 10.0, baseline_us: float = 20.0,
              ci: tuple[float, float] = (1.5, 2.5), hardware_class: str = "cpu",
-             hardware_key: str = "cpu-test-0", uses_library: bool = False) -> dict[str, Any]:
+             hardware_key: str = "cpu-test-0", uses_library: bool = False,
+             wall_s: float = 1.0) -> dict[str, Any]:
         passed = verdict == "passed"
         return {
             "run_id": run_id, "verdict": verdict,
@@ -144,6 +166,6 @@ def run_result() -> Callable[..., dict[str, Any]]:
                        "bytes_moved": 1 << 20, "bandwidth_gbs": 100.0} if passed else None),
             "fingerprint": {"hardware_key": hardware_key, "hardware_class": hardware_class, "name": "test device",
                             "bandwidth_gbs": 100.0},
-            "uses_library": uses_library,
+            "uses_library": uses_library, "child_wall_s": wall_s,
         }
     return make

@@ -216,7 +216,7 @@ def test_database_down_is_503(tmp_path: Path) -> None:
     settings = Settings(database_url="postgresql+psycopg://postgres@127.0.0.1:1/none", broker_url="memory://",
                         data_dir=tmp_path, migrate_on_startup=False)
     with TestClient(create_app(settings, enqueue_runs=lambda ids, q: None, broker_ping=lambda: None)) as c:
-        r = c.get("/v1/variants")
+        r = c.get("/v1/variants", headers={"Authorization": "Bearer kt_any"})  # checking it needs the DB
         assert (r.status_code, r.json()) == (503, {"error": "database_unavailable", "detail": "database unavailable"})
         r = c.get("/v1/ready")
         assert r.status_code == 503 and "database unreachable" in r.json()["detail"]

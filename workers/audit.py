@@ -1,14 +1,21 @@
-"""Audit hook for the child: refuses network, process creation and heap introspection.
+"""Audit hook for the child: refuses network, process creation, heap introspection, other processes'
+/proc entries, any open under the worker's data dir (its database, other state) except the compile
+cache, and writes outside the private directory and the compile cache.
 
 Installed before the variant is imported; Python offers no way to remove an audit hook. Refusals
 are also recorded, because a variant may catch the exception and carry on: any recorded refusal
 rejects the run (workers/pipeline.py). The network namespace (workers/sandbox.py) is the real wall
-for code that bypasses Python (ctypes); this hook makes the attempt visible and named.
+for code that bypasses Python (ctypes); this hook makes the attempt visible and named. The same holds
+for the filesystem rules: they see Python-level opens and file operations (``open``, ``os.open``,
+``os.remove``, ``os.rename``, ``shutil.rmtree``, ...), not a libc call made through ctypes, and a
+path resolved here can be swapped by another thread before the open (see the sandbox's report of
+what is missing: a mount namespace or an unprivileged uid would make these walls).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from typing import Any, Callable
@@ -31,8 +38,51 @@ _INTROSPECTION = {"gc.get_objects": "introspection_attempt", "gc.get_referrers":
                   "gc.get_referents": "introspection_attempt"}
 
 
+# Files a variant may always write (Python's own stdio aliases; /dev/null for discarded output).
+ALWAYS_WRITABLE = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+# event -> indices of the path arguments it modifies, and of its dir_fd argument (or None)
+_MUTATIONS: dict[str, tuple[tuple[int, ...], int | None]] = {
+    "os.mkdir": ((0,), 2), "os.remove": ((0,), 1), "os.rmdir": ((0,), 1), "os.rename": ((0, 1), 2),
+    "os.symlink": ((1,), 2), "os.link": ((1,), 3), "os.truncate": ((0,), None), "os.chmod": ((0,), 2),
+    "os.chown": ((0,), 3), "os.utime": ((0,), 3), "shutil.rmtree": ((0,), 1), "os.mkfifo": ((0,), 2),
+    "os.mknod": ((0,), 3),
+}
+_PROC_PID = re.compile(r"^/proc/(\d+)(/|$)")
+
+_filesystem: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+
+
 class Refused(PermissionError):
     pass
+
+
+def configure_filesystem(protected: list[str], writable: list[str]) -> None:
+    """Set the filesystem policy the next ``install`` binds: no open at all under ``protected`` (the
+    worker's data dir) except below ``writable`` or the private dirs; writes only below those.
+    Called by the child before the spec is read; ``install`` copies it into the hook's closure, so a
+    variant rebinding this module's globals later changes nothing."""
+    global _filesystem
+    _filesystem = (tuple(os.path.realpath(p) for p in protected), tuple(os.path.realpath(p) for p in writable))
+
+
+def _below(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _resolve(path: Any, dir_fd: Any = None) -> str | None:
+    """Absolute real path of a path argument (None for an fd: no name to judge)."""
+    if isinstance(path, int) or path is None:
+        return None
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    path = os.fspath(path)
+    if not os.path.isabs(path) and isinstance(dir_fd, int) and dir_fd >= 0:
+        try:
+            path = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+        except OSError:
+            pass
+    return os.path.realpath(path)
 
 
 def install(private_dirs: tuple[str, ...]) -> Callable[[], list[dict[str, str]]]:
@@ -40,6 +90,7 @@ def install(private_dirs: tuple[str, ...]) -> Callable[[], list[dict[str, str]]]
     refusals: list[dict[str, str]] = []
     pid = os.getpid()
     private = tuple(os.path.realpath(d) for d in private_dirs)
+    protected, writable = _filesystem[0], _filesystem[1] + private
 
     def refuse(code: str, event: str, detail: str) -> None:
         refusals.append({"code": code, "event": event, "detail": detail[:300]})
@@ -63,8 +114,28 @@ def install(private_dirs: tuple[str, ...]) -> Callable[[], list[dict[str, str]]]
         # A tool named "ptxas" that the variant wrote itself is not the toolchain's.
         return os.path.basename(real) in ALLOWED_TOOLS and not real.startswith(private)
 
+    def check_path(event: str, raw: Any, real: str | None, write: bool) -> None:
+        if real is None:
+            return
+        if (m := _PROC_PID.match(real)) and int(m.group(1)) != pid:
+            refuse("proc_access", event, f"{raw!r}: another process' /proc entry")
+        if _below(real, protected) and not _below(real, writable):
+            refuse("data_dir_access", event, f"{raw!r}: the worker's data directory")
+        if write and not _below(real, writable) and str(raw) not in ALWAYS_WRITABLE:
+            refuse("write_outside_sandbox", event, f"{raw!r}: outside the private directory and the compile cache")
+
     def hook(event: str, args: tuple[Any, ...]) -> None:
-        if event in _NETWORK:
+        if event == "open":
+            path, mode, flags = (tuple(args) + (None, None))[:3]
+            write = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
+                (isinstance(flags, int) and bool(flags & _WRITE_FLAGS))
+            check_path(event, path, _resolve(path), write)
+        elif event in _MUTATIONS:
+            indices, dir_fd_at = _MUTATIONS[event]
+            dir_fd = args[dir_fd_at] if dir_fd_at is not None and dir_fd_at < len(args) else None
+            for i in indices:
+                check_path(event, args[i], _resolve(args[i], dir_fd), write=True)
+        elif event in _NETWORK:
             refuse(_NETWORK[event], event, repr(args[1:2]))
         elif event in _PROCESS:
             refuse(_PROCESS[event], event, repr(args[:2]))

@@ -1,4 +1,5 @@
-"""Entry point of the sandboxed child: ``python -P -m workers.child <result_fd>``.
+"""Entry point of the sandboxed child: ``python -P -m workers.child <result_fd>`` (spawn mode), or
+``main(result_fd)`` in a child forked by workers/zygote.py once its sandbox is in place.
 
 The handshake (spec, token, bandwidth cache) arrives on stdin. The result leaves on the pipe fd
 the worker passed, after the fd is moved to a random high number; the frame is
@@ -14,6 +15,7 @@ import json
 import os
 import random
 import resource
+import signal
 import struct
 import sys
 
@@ -39,16 +41,25 @@ def _write_frame(fd: int, token: bytes, payload: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def main() -> None:
+def main(result_fd: int | None = None) -> None:
+    # Python ignores SIGXFSZ at startup; restored, a file past RLIMIT_FSIZE kills the child (a verdict
+    # the variant cannot catch and swallow) instead of raising EFBIG into its code.
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
     handshake = json.loads(sys.stdin.buffer.read())
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
     token = bytes.fromhex(handshake.pop("token"))
-    out_fd = _hide_fd(int(sys.argv[1]))
+    out_fd = _hide_fd(int(sys.argv[1]) if result_fd is None else result_fd)
     faulthandler.enable()  # a SIGSEGV still kills us, but stderr shows where
 
+    from workers import audit
     from workers.pipeline import ChildEnv, run_in_child
+
+    # Before the variant exists: which paths it may write and which it may not open at all. The
+    # pipeline installs the hook (with this policy) at its seal step.
+    fs = handshake.get("filesystem") or {}
+    audit.configure_filesystem(protected=fs.get("protected", []), writable=fs.get("writable", []))
     from workers.protocol import RunSpec
 
     spec = RunSpec.model_validate(handshake["spec"])

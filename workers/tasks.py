@@ -18,14 +18,24 @@ from sqlalchemy.exc import OperationalError
 from db.queries import runs as run_queries
 from db.session import session_scope
 from workers.celery_app import app
-from workers.protocol import RunSpec
+from workers import replay_device
+from workers.protocol import BenchSettings, RunSpec
 from workers.sandbox import evaluate
 
 log = logging.getLogger("kerneltune.worker")
 
 
 def worker_device() -> str:
+    """cpu, cuda, cuda:N, or replay:<landscape path> (workers/replay_device.py: no GPU, no sandbox)."""
     return os.environ.get("KT_DEVICE", "cpu")
+
+
+# A short timing (successive halving's first rung): a third of the rounds and a tenth of the time.
+SHORT_BENCH = BenchSettings(min_rounds=3, min_time_s=0.02, bootstrap=500)
+
+
+def bench_for(fidelity: str) -> BenchSettings:
+    return SHORT_BENCH if fidelity == "short" else BenchSettings()
 
 
 def _spec_for(run, timeout_s: float) -> RunSpec:
@@ -34,7 +44,7 @@ def _spec_for(run, timeout_s: float) -> RunSpec:
         run_id=run.id, slot=variant.slot, language=variant.language, source=variant.source,
         source_hash=variant.content_hash, config=run.config, shape=run.shape, m=run.m,
         device=worker_device(), seed=run.seed, timeout_s=timeout_s,
-        declares_library=bool(variant.declares_library),
+        declares_library=bool(variant.declares_library), bench=bench_for(run.fidelity),
     )
 
 
@@ -71,14 +81,32 @@ def evaluate_run(self, run_id: str) -> str:
 
     settings = Settings()
     worker = f"{socket.gethostname()}:{os.getpid()}"
+    device = worker_device()
     with session_scope() as session:
         run = run_queries.claim_run(session, run_id, worker=worker, lease_seconds=settings.running_lease_seconds)
         if run is None:  # already done, cancelled, or leased by a live worker
             return "skipped"
-        spec = _spec_for(run, settings.run_timeout_s)
-    log.info("evaluating run %s (%s M=%d) on %s", run_id, spec.shape.get("name"), spec.m, spec.device)
+        if replay_device.is_replay(device):
+            request = replay_device.ReplayRequest(run_id=run.id, config=dict(run.config), shape=dict(run.shape),
+                                                  m=run.m, seed=run.seed, fidelity=run.fidelity)
+        else:
+            spec = _spec_for(run, settings.run_timeout_s)
     with LeaseHeartbeat(run_id, worker, settings.running_lease_seconds):
-        result = evaluate(spec, data_dir=Path(settings.data_dir))
+        if replay_device.is_replay(device):
+            result = replay_device.answer(device, request)
+        else:
+            log.info("evaluating run %s (%s M=%d) on %s", run_id, spec.shape.get("name"), spec.m, spec.device)
+            result = evaluate(spec, data_dir=Path(settings.data_dir))
     with session_scope() as session:
         wrote = run_queries.record_result(session, run_id, result.model_dump(mode="json"))
     return result.verdict if wrote else "duplicate"
+
+
+@app.task(name="kt.drive_search", acks_late=False, ignore_result=True)
+def drive_search(search_id: int) -> str:
+    """Drive a config search to its end on the control queue (kt.control). Acked on receipt: a driver
+    that dies is replaced by the API's search sweeper once its lease in the database runs out, and the
+    new driver resumes from the runs the database holds."""
+    from service.search_runner import drive  # the strategies (optuna) load only where searches are driven
+
+    return drive(search_id)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from db.models import Job, Run, Variant, utcnow
@@ -48,7 +48,8 @@ class PlannedRun:
 def create_job(session: Session, *, variant: Variant, deployment: dict[str, Any], model_name: str,
                hardware: str, configs_requested: Any, shape_filter: list[str] | None,
                submitted_by: str | None, plan: list[PlannedRun],
-               queued_lease_seconds: int) -> tuple[Job, list[str]]:
+               queued_lease_seconds: int, token_id: int | None = None,
+               private: bool = False, idempotency_key: str | None = None) -> tuple[Job, list[str]]:
     """The job and one queued run per planned (config, shape, M), in one transaction; commits.
 
     Each run gets a fresh random base seed. The queued lease is how long the sweeper trusts the
@@ -56,7 +57,8 @@ def create_job(session: Session, *, variant: Variant, deployment: dict[str, Any]
     now = utcnow()
     job = Job(variant_id=variant.id, kind="eval", deployment=deployment, model_name=model_name,
               hardware=hardware, queue=f"kt.{hardware}", configs=configs_requested,
-              shape_filter=shape_filter, submitted_by=submitted_by, cancelled=False, created_at=now)
+              shape_filter=shape_filter, submitted_by=submitted_by, token_id=token_id, private=private,
+              idempotency_key=idempotency_key, cancelled=False, created_at=now)
     session.add(job)
     session.flush()
     lease = now + timedelta(seconds=queued_lease_seconds)
@@ -75,9 +77,17 @@ def get_job(session: Session, job_id: int) -> Job | None:
     return session.get(Job, job_id)
 
 
+def get_job_by_idempotency_key(session: Session, key: str) -> Job | None:
+    return session.scalar(select(Job).where(Job.idempotency_key == key))
+
+
 def list_jobs(session: Session, *, variant_id: int | None = None, hardware: str | None = None,
-              model_name: str | None = None, limit: int = 100, offset: int = 0) -> list[Job]:
+              model_name: str | None = None, limit: int = 100, offset: int = 0,
+              visible_to: int | None = None, all_visible: bool = True) -> list[Job]:
+    """``all_visible=False``: only public jobs and the private jobs of token ``visible_to``."""
     q = select(Job).order_by(Job.id.desc()).limit(limit).offset(offset)
+    if not all_visible:
+        q = q.where(or_(Job.private.is_(False), Job.token_id == visible_to))
     if variant_id is not None:
         q = q.where(Job.variant_id == variant_id)
     if hardware is not None:

@@ -102,7 +102,8 @@ def record_result(session: Session, run_id: str, result: Any, now: datetime | No
                 median_us=_num(bench, "median_us"), baseline_median_us=_num(bench, "baseline_median_us"),
                 speedup=_num(bench, "speedup"), speedup_ci_lo=_num(bench, "speedup_ci_lo"),
                 speedup_ci_hi=_num(bench, "speedup_ci_hi"), frac_of_floor=_num(bench, "frac_of_floor"),
-                uses_library=result.get("uses_library"), fingerprint_id=fingerprint_id,
+                uses_library=result.get("uses_library"), wall_s=_num(result, "child_wall_s"),
+                fingerprint_id=fingerprint_id,
                 lease_expires_at=None, finished_at=now)
         .execution_options(synchronize_session=False))
     if res.rowcount != 1:
