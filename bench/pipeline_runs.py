@@ -98,6 +98,7 @@ def main() -> None:
     dep = Deployment(spec=args.model, tp=args.tp, batch_sizes=[int(b) for b in args.batches.split(",")])
     wanted = {s for s in args.shapes.split(",") if s}
     space_override = json.loads(args.space) if args.space else None
+    out_dir = Path(args.out)
     rows: list[dict[str, Any]] = []
     t_start = time.monotonic()
     fingerprint: dict[str, Any] = {}
@@ -136,24 +137,30 @@ def main() -> None:
                                    bandwidth_gbs=b.bandwidth_gbs, timer=b.timer, n=b.n)
                     rows.append(row)
                     sp = f"{b.speedup:.2f}x [{b.speedup_ci_lo:.2f},{b.speedup_ci_hi:.2f}] {100*b.frac_of_floor:.0f}%floor" if b else ""
+                    write_results(out_dir, header_for(args, dep, fingerprint, t_start), rows, args.what,
+                                  args.hardware)
                     print(f"{vpath.name:34s} {shape.name:12s} M={m:3d} {json.dumps(config, separators=(',', ':'))[:60]:60s} "
                           f"{res.verdict:14s} {res.reason_code:18s} {sp}", flush=True)
 
-    date = dt.date.today().isoformat()
-    header = {
-        "what": f"kerneltune pipeline runs: {args.what}", "date": date,
+    if args.landscape:
+        write_landscape(out_dir, header_for(args, dep, fingerprint, t_start), rows, args, space_override)
+
+
+def header_for(args: argparse.Namespace, dep: Deployment, fingerprint: dict[str, Any], t_start: float) -> dict[str, Any]:
+    return {
+        "what": f"kerneltune pipeline runs: {args.what}", "date": dt.date.today().isoformat(),
         "device": fingerprint.get("name") or args.device, "hardware": args.hardware,
         "fingerprint": fingerprint, "commit": git_commit(), "command": " ".join(sys.argv),
         "deployment": dep.model_dump(), "wall_s": round(time.monotonic() - t_start, 1),
     }
-    out = Path(args.out)
+
+
+def write_results(out: Path, header: dict[str, Any], rows: list[dict[str, Any]], what: str, hardware: str) -> None:
+    """Rewritten after every run, so a run cut short by a time limit still leaves its evidence."""
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"{date}-{args.hardware}-{args.what}"
+    stem = f"{header['date']}-{hardware}-{what}"
     (out / f"{stem}.json").write_text(json.dumps({**header, "rows": rows}, indent=1, default=str))
     (out / f"{stem}.md").write_text(markdown(header, rows))
-    print(f"wrote {out / stem}.json and .md ({len(rows)} runs, {header['wall_s']} s)")
-    if args.landscape:
-        write_landscape(out, header, rows, args, space_override)
 
 
 def write_landscape(out: Path, header: dict[str, Any], rows: list[dict[str, Any]], args: argparse.Namespace,
