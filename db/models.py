@@ -24,6 +24,8 @@ NAMING = {
 }
 
 RUN_STATUSES = ("queued", "running", "done", "cancelled")
+FIDELITIES = ("full", "short")
+SEARCH_STATES = ("queued", "running", "done", "cancelled", "failed")
 VERDICTS = ("passed", "compiled", "compile_failed", "check_failed", "rejected", "crashed", "timeout", "error")
 # Verdicts that say nothing against correctness: every other verdict blocks a winner.
 NON_FAILING_VERDICTS = ("passed", "compiled")
@@ -81,6 +83,24 @@ class Variant(Base):
     parent: Mapped[Variant | None] = relationship(remote_side=[id])
 
 
+class ApiToken(Base):
+    """An API credential of a user or agent. Only the sha256 of the secret is stored: the secret is
+    shown once at creation, and a leaked database cannot be replayed against the API."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))  # first characters of the secret: tells tokens apart in lists
+    scopes: Mapped[list[str]] = mapped_column(JSON)
+    gpu_seconds_per_day: Mapped[float | None] = mapped_column(Float)  # None: no limit
+    max_concurrent_jobs: Mapped[int | None] = mapped_column(Integer)  # None: no limit
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
 class Job(Base):
     __tablename__ = "jobs"
 
@@ -96,7 +116,13 @@ class Job(Base):
     # The only stored state: everything else about progress is counted from the runs.
     cancelled: Mapped[bool] = mapped_column(Boolean, default=False)
     cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    submitted_by: Mapped[str | None] = mapped_column(String(128))
+    submitted_by: Mapped[str | None] = mapped_column(String(128))  # the submitting token's name
+    # The token that submitted the job: quotas are counted and private jobs are hidden by it.
+    token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id"), index=True)
+    private: Mapped[bool] = mapped_column(Boolean, default=False)
+    # "<token id>:<Idempotency-Key header>": stored in the job's own transaction, so a retried
+    # submission finds the job whole or finds nothing (and creates it).
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True, index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     variant: Mapped[Variant] = relationship()
@@ -153,7 +179,13 @@ class Run(Base):
     speedup_ci_hi: Mapped[float | None] = mapped_column(Float)
     frac_of_floor: Mapped[float | None] = mapped_column(Float)
     uses_library: Mapped[bool | None] = mapped_column(Boolean)
+    wall_s: Mapped[float | None] = mapped_column(Float)  # the child's wall seconds: the GPU-seconds quota
     fingerprint_id: Mapped[str | None] = mapped_column(ForeignKey("device_fingerprints.id"))
+    # Set on the runs a search proposed: what a restarted driver reads back to resume.
+    search_id: Mapped[int | None] = mapped_column(ForeignKey("searches.id"), index=True)  # searches are never deleted
+    # "full": the evaluation protocol's bench; "short": a cheap first timing (successive halving). Short
+    # timings rank configs inside a search only: they never become winners.
+    fidelity: Mapped[str] = mapped_column(String(8), default="full", server_default="full")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -179,3 +211,63 @@ class Winner(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     run: Mapped[Run | None] = relationship()
+
+
+class Search(Base):
+    """A config search: a strategy proposes configs of one variant, one sub-search per target (a shape
+    at one M, or a shape over one batch bucket). The proposals are the search's runs (``Run.search_id``,
+    in ``job_id``'s job, short timings in ``short_job_id``'s): the database holds everything a restarted
+    driver needs, and progress is counted from those runs. Only the driver's lease and the stop reasons
+    are stored here."""
+
+    __tablename__ = "searches"
+    __table_args__ = (CheckConstraint(f"state IN {SEARCH_STATES!r}", name="state"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    variant_id: Mapped[int] = mapped_column(ForeignKey("variants.id"), index=True)
+    # Full-fidelity runs; short ones go to a second job so (config, shape, M) stays unique per job.
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    short_job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"))
+    hardware: Mapped[str] = mapped_column(String(32))
+    queue: Mapped[str] = mapped_column(String(48))
+    deployment: Mapped[dict[str, Any]] = mapped_column(JSON)
+    model_name: Mapped[str] = mapped_column(String(128))
+    shape_filter: Mapped[list[str] | None] = mapped_column(JSON)
+    strategy: Mapped[str] = mapped_column(String(32))
+    options: Mapped[dict[str, Any]] = mapped_column(JSON)  # strategy constructor options (eta, rung_size, ...)
+    budget: Mapped[dict[str, Any]] = mapped_column(JSON)  # per target: max_evals, max_gpu_seconds, patience
+    batch_size: Mapped[int] = mapped_column(Integer)
+    per: Mapped[str] = mapped_column(String(8))  # "m" or "bucket"
+    seed: Mapped[int] = mapped_column(Integer)
+    targets: Mapped[list[dict[str, Any]]] = mapped_column(JSON)  # [{label, shape (Shape.to_json()), ms}]
+    state: Mapped[str] = mapped_column(String(16), default="queued")
+    stop_reasons: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)  # target label -> why it stopped
+    error: Mapped[str | None] = mapped_column(Text)
+    # The driver holding the search and until when; an expired lease is taken over (resume).
+    driver: Mapped[str | None] = mapped_column(String(255))
+    driver_lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    submitted_by: Mapped[str | None] = mapped_column(String(128))
+    token_id: Mapped[int | None] = mapped_column(ForeignKey("api_tokens.id"), index=True)
+    private: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    variant: Mapped[Variant] = relationship()
+
+
+class ExportRecord(Base):
+    """One row per wheel built by export/ (export.record.record_export writes it)."""
+
+    __tablename__ = "exports"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    hardware: Mapped[str] = mapped_column(String(32), index=True)
+    model: Mapped[str] = mapped_column(String(128), index=True)
+    version: Mapped[str] = mapped_column(String(64))
+    wheel_filename: Mapped[str] = mapped_column(String(255))
+    sha256: Mapped[str] = mapped_column(String(64))
+    entries: Mapped[int] = mapped_column(Integer)
+    partial: Mapped[bool] = mapped_column(Boolean, default=False)
+    skipped: Mapped[list[dict[str, Any]]] = mapped_column(JSON)

@@ -9,7 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -42,7 +42,8 @@ _HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 
 # Response docs for the OpenAPI schema: every route may answer these with ErrorBody.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     422: {"model": ErrorBody, "description": "Invalid input"},
-    503: {"model": ErrorBody, "description": "Database unavailable"},
+    503: {"model": ErrorBody, "description": "Database unavailable or busy (Retry-After)"},
+    507: {"model": ErrorBody, "description": "Database disk full"},
 }
 
 
@@ -55,6 +56,24 @@ def _body(status: int, code: str, detail: str, errors: list[dict[str, Any]] | No
 
 def _loc(loc: Any) -> str:
     return ".".join(str(p) for p in loc if p != "body") or "body"
+
+
+def _db_error(exc: DBAPIError) -> JSONResponse:
+    """Say which DB failure it was, in words a client can act on; the driver's text stays in the log.
+    A failed transaction leaves nothing behind; a submission retried with an Idempotency-Key cannot
+    duplicate one whose earlier transaction did commit."""
+    log.warning("database error: %s", exc.orig)
+    text = str(exc.orig).lower()
+    if "disk is full" in text or "no space left" in text:
+        return _body(507, "storage_full", "the database's disk is full: the request did not "
+                                          "complete; free space on the server and retry")
+    if "database is locked" in text or "database table is locked" in text:
+        resp = _body(503, "database_busy", "the database is locked by another writer: the request "
+                                           "did not complete; retry shortly")
+    else:
+        resp = _body(503, "database_unavailable", "database unavailable: the request did not complete; retry shortly")
+    resp.headers["Retry-After"] = "5"
+    return resp
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -76,8 +95,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(OperationalError)
     async def _db_down(_: Request, exc: OperationalError) -> JSONResponse:
-        log.warning("database operational error: %s", exc.orig)
-        return _body(503, "database_unavailable", "database unavailable")
+        return _db_error(exc)
+
+    @app.exception_handler(InterfaceError)
+    async def _db_gone(_: Request, exc: InterfaceError) -> JSONResponse:  # a connection closed under us
+        return _db_error(exc)
 
     @app.exception_handler(PoolTimeoutError)
     async def _pool(_: Request, exc: PoolTimeoutError) -> JSONResponse:

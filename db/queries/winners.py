@@ -41,7 +41,7 @@ def recompute_winner(session: Session, *, slot: str, shape_key: str, shape_name:
     best = session.scalars(
         select(Run).filter_by(**key)
         .where(Run.status == "done", Run.verdict == "passed", Run.speedup_ci_lo > 1.0,
-               Run.median_us.is_not(None), ~fails)
+               Run.median_us.is_not(None), Run.fidelity == "full", ~fails)  # a short timing is no evidence
         .order_by(Run.median_us, Run.finished_at, Run.id).limit(1)).first()
     winner.run_id = best.id if best else None
     winner.is_stock = best is None
