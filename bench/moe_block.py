@@ -19,6 +19,7 @@ or to configs keyed by batch (the largest key <= M is used, else the smallest).
 from __future__ import annotations
 
 import argparse
+import subprocess
 import datetime
 import importlib.util
 import json
@@ -228,7 +229,13 @@ def main():
         print(f"M={m:3d}  stock {r['stock']['median_us']:8.1f} us ({ks:3d} k)  tuned {r['tuned']['median_us']:8.1f} us "
               f"({kt:3d} k)  x{r['speedup']:.2f}  relL2 {rel:.2e}  topk-match {same:.3f}", flush=True)
     p = torch.cuda.get_device_properties(0)
-    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                                cwd=pathlib.Path(__file__).resolve().parents[1]).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = os.environ.get("KT_COMMIT", "unknown")
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "commit": commit,
+              "command": " ".join(sys.argv),
               "device": {"name": p.name, "sm": f"{p.major}.{p.minor}", "sms": p.multi_processor_count,
                          "torch": torch.__version__, "triton": triton.__version__},
               "spec": SPEC, "side_stream": args.side_stream, "configs": configs, "rows": rows}

@@ -17,6 +17,9 @@ from sqlalchemy.exc import OperationalError
 
 from db.queries import runs as run_queries
 from db.session import session_scope
+from celery.signals import worker_ready
+
+from service.logging_setup import configure_json_logging, log_context
 from workers.celery_app import app
 from workers import replay_device
 from workers.protocol import BenchSettings, RunSpec
@@ -46,6 +49,19 @@ def _spec_for(run, timeout_s: float) -> RunSpec:
         device=worker_device(), seed=run.seed, timeout_s=timeout_s,
         declares_library=bool(variant.declares_library), bench=bench_for(run.fidelity),
     )
+
+
+@worker_ready.connect
+def _on_worker_ready(**_: object) -> None:
+    """JSON logs, and the sandbox's zygote started before the first run arrives (it imports torch)."""
+    from service.settings import Settings
+    from workers.sandbox import warm_zygote
+
+    if os.environ.get("KT_LOG_FORMAT", "json") == "json":
+        configure_json_logging()
+    device = worker_device()
+    if not device.startswith("replay:"):
+        warm_zygote(Path(Settings().data_dir), device)
 
 
 class LeaseHeartbeat(threading.Thread):
@@ -86,12 +102,13 @@ def evaluate_run(self, run_id: str) -> str:
         run = run_queries.claim_run(session, run_id, worker=worker, lease_seconds=settings.running_lease_seconds)
         if run is None:  # already done, cancelled, or leased by a live worker
             return "skipped"
+        job_id = run.job_id
         if replay_device.is_replay(device):
             request = replay_device.ReplayRequest(run_id=run.id, config=dict(run.config), shape=dict(run.shape),
                                                   m=run.m, seed=run.seed, fidelity=run.fidelity)
         else:
             spec = _spec_for(run, settings.run_timeout_s)
-    with LeaseHeartbeat(run_id, worker, settings.running_lease_seconds):
+    with log_context(run_id=run_id, job_id=job_id), LeaseHeartbeat(run_id, worker, settings.running_lease_seconds):
         if replay_device.is_replay(device):
             result = replay_device.answer(device, request)
         else:
