@@ -346,6 +346,93 @@ def demo(port: int = 8765, data_dir: Optional[Path] = typer.Option(None, help="d
         stack.stop()
 
 
+# --- config searches ------------------------------------------------------------------------------
+
+def watch_search(client: Client, search_id: int | str, timeout_s: float | None = None) -> dict[str, Any]:
+    """A progress bar over the search's evaluations (out of the budget, or of the valid points) until
+    it ends; the description shows the best so far."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[best]}"), TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task(f"search {search_id}", total=None, best="")
+        while True:
+            s = client.get(f"/v1/searches/{search_id}")
+            max_evals = (s.get("budget") or {}).get("max_evals")
+            total = sum(min(max_evals or t["valid_points"], t["valid_points"]) for t in s["targets"])
+            bests = [f"{t['label']}: {t['best']['median_us']:.2f} us" for t in s["targets"] if t.get("best")]
+            bar.update(task, total=total, completed=s["evaluations"],
+                       best=f"in flight {s['in_flight']}  best " + ("; ".join(bests) or "-"))
+            if s["state"] in ("done", "cancelled", "failed"):
+                return s
+            if deadline is not None and time.monotonic() > deadline:
+                raise ApiError(0, f"search {search_id} not finished after {timeout_s:.0f} s")
+            time.sleep(0.5)
+
+
+def print_search(s: dict[str, Any]) -> None:
+    t = Table(title=f"search {s['id']} ({s['strategy']}, {s['state']})")
+    for col in ("target", "evals", "of points", "failed", "best config", "us", "speedup", "stop reason"):
+        t.add_column(col)
+    for tg in s["targets"]:
+        best = tg.get("best") or {}
+        t.add_row(tg["label"], str(tg["evaluations"]), str(tg["valid_points"]), str(tg["failed"]),
+                  json.dumps(best.get("config"), separators=(",", ":")) if best else "-",
+                  _fmt(best.get("median_us")), _fmt(best.get("speedup"), ".3f"), tg.get("stop_reason") or "-")
+    console.print(t)
+    if s.get("error"):
+        console.print(f"[red]error:[/red] {s['error']}")
+
+
+@app.command()
+def search(variant: str, model: str = typer.Option("kimi-k2-like", help="built-in spec name or a HF config.json path"),
+           tp: int = 8, batches: str = "1,2,4,8,16,32,64", hardware: str = "cpu",
+           shapes: Optional[str] = typer.Option(None, help="comma-separated shape names"), drafts: int = 0,
+           strategy: str = typer.Option("tpe", help="exhaustive, random, tpe, successive_halving, transfer"),
+           max_evals: Optional[int] = typer.Option(None, help="evaluations per target"),
+           max_gpu_seconds: Optional[float] = typer.Option(None, help="device seconds per target"),
+           patience: Optional[int] = typer.Option(None, help="stop after this many evaluations without improving"),
+           batch_size: Optional[int] = typer.Option(None, help="configs in flight per target (default: workers or 4)"),
+           per: str = typer.Option("m", help="one sub-search per M ('m') or per batch bucket ('bucket')"),
+           seed: int = 0, wait: bool = True, api: Optional[str] = ApiOpt) -> None:
+    """Search a variant's config space with a strategy and a budget, spread over the queue's workers."""
+    client = _client(api)
+    job = _job_body(variant, model, tp, batches, hardware, "all", shapes, drafts)
+    body: dict[str, Any] = {"variant_id": job["variant_id"], "deployment": job["deployment"], "hardware": hardware,
+                            "shapes": job.get("shapes"), "strategy": strategy, "per": per, "seed": seed,
+                            "batch_size": batch_size, "budget": {"max_evals": max_evals, "patience": patience,
+                                                                 "max_gpu_seconds": max_gpu_seconds}}
+    try:
+        s = client.post("/v1/searches", body)
+        console.print(f"search [bold]{s['id']}[/bold]: {len(s['targets'])} targets, batch size {s['batch_size']} on "
+                      f"{s['queue']}")
+        if s.get("enqueue_error"):
+            console.print(f"[yellow]driver not started yet[/yellow] ({s['enqueue_error']}); the sweeper retries")
+        if wait:
+            print_search(watch_search(client, s["id"]))
+    except ApiError as exc:
+        _fail(exc)
+
+
+@app.command("search-status")
+def search_status(search_id: str, wait: bool = True, api: Optional[str] = ApiOpt) -> None:
+    """A search's progress (live bar until it ends with --wait), then its best config per target."""
+    client = _client(api)
+    try:
+        print_search(watch_search(client, search_id) if wait else client.get(f"/v1/searches/{search_id}"))
+    except ApiError as exc:
+        _fail(exc)
+
+
+@app.command("search-cancel")
+def search_cancel(search_id: str, api: Optional[str] = ApiOpt) -> None:
+    """Stop a search: its queued runs are cancelled, running ones finish."""
+    try:
+        out = _client(api).post(f"/v1/searches/{search_id}/cancel")
+    except ApiError as exc:
+        _fail(exc)
+    console.print(f"search {search_id}: {out['search']['state']} ({out['cancelled_runs']} runs cancelled)")
+
+
 def main() -> None:
     app()
 

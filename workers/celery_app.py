@@ -21,11 +21,13 @@ def queue_for(hardware: str) -> str:
 def _broker_options(settings: Settings) -> dict[str, object]:
     if settings.broker_url.startswith("filesystem://"):
         folder = Path(settings.data_dir) / "broker"
-        for sub in ("queue", "processed"):
+        for sub in ("queue", "processed", "control"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
         # One folder for in and out: every process on this machine sees the same queue.
         return {"data_folder_in": str(folder / "queue"), "data_folder_out": str(folder / "queue"),
-                "store_processed": True, "processed_folder": str(folder / "processed")}
+                "store_processed": True, "processed_folder": str(folder / "processed"),
+                # broadcast (inspect ping, worker counts) lives here too, not in the current directory
+                "control_folder": str(folder / "control")}
     # A run unacknowledged this long (its worker died) is delivered again; results are written
     # once per run id, so a redelivery can never duplicate a result.
     return {"visibility_timeout": settings.visibility_timeout_s}

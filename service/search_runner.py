@@ -1,0 +1,208 @@
+"""The search driver as it runs in the service: search.SearchDriver over the database and the broker.
+
+``drive(search_id)`` (the kt.drive_search task on kt.control) claims the search's driver lease, then for
+every target not yet finished builds the strategy and resumes it from the runs the database holds
+(finished proposals are replayed into the strategy, never re-run; in-flight ones are awaited), and
+drives all targets in one loop until each stops. DbEvaluator is the Evaluator: ``submit`` creates the
+proposals' runs (linked to the search, with their fidelity) and enqueues them on the hardware queue;
+``results`` polls the database, where the workers' record_result writes the verdicts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.models import Run, Search, Variant
+from db.queries import runs as runs_q
+from db.queries import searches as q
+from db.session import default_session_factory
+from kernels.slots.base import Shape
+from search.driver import SearchDriver
+from search.space import ConfigSpace
+from search.strategies import Budget, Outcome, Proposal, SearchStrategy, make_strategy, nearest_seeds
+from service.search_dispatch import lease_seconds
+from service.settings import Settings
+
+log = logging.getLogger("kerneltune.searches")
+
+EnqueueFn = Callable[[list[str], str], object]
+
+
+def poll_seconds() -> float:
+    """How long one collect waits for results before the driver tops rounds up again."""
+    return float(os.environ.get("KT_SEARCH_POLL_S") or 0.1)
+
+
+def outcome_of(p: q.ProposalRuns) -> Outcome:
+    """A proposal's outcome: ok with the summed median over its Ms, or the first failing verdict."""
+    if p.passed:
+        return Outcome.success(p.median_us or 0.0, cost_s=p.cost_s)
+    return Outcome.failure(p.verdict if p.verdict != "passed" else "error", cost_s=p.cost_s)
+
+
+def budget_of(search: Search) -> Budget:
+    b = search.budget or {}
+    return Budget(max_evals=b.get("max_evals"), max_cost_s=b.get("max_gpu_seconds"), patience=b.get("patience"))
+
+
+def target_shape(target: dict[str, Any]) -> dict[str, Any]:
+    """What the strategy enumerates with: the shape's build argument at the target's largest M (as
+    search.landscape.shape_for does for a bucket)."""
+    return Shape.from_json(target["shape"]).as_build_arg(max(target["ms"]))
+
+
+def transfer_seeds(session: Session, search: Search, target: dict[str, Any], k: int = 5) -> list[Any]:
+    """The best passing full-fidelity config of this variant on this hardware at every other
+    (shape, M) the database knows, nearest to the target first."""
+    best: dict[tuple[str, int], tuple[float, dict[str, Any], dict[str, Any]]] = {}
+    rows = session.execute(select(Run.shape_key, Run.shape, Run.m, Run.config, Run.median_us)
+                           .where(Run.variant_id == search.variant_id, Run.hardware == search.hardware,
+                                  Run.status == "done", Run.verdict == "passed", Run.fidelity == "full",
+                                  Run.median_us.is_not(None)))
+    for shape_key, shape, m, config, median in rows:
+        if shape_key == target["shape_key"] and m in target["ms"]:
+            continue  # the target's own results are resumed, not seeds
+        key = (shape_key, m)
+        if key not in best or median < best[key][0]:
+            best[key] = (median, dict(config), {**shape["dims"], "M": m})
+    known = [(dims, config) for _, config, dims in best.values()]
+    goal = {**target["shape"]["dims"], "M": max(target["ms"])}
+    return nearest_seeds(known, goal, k=k)
+
+
+def build_strategy(session: Session, search: Search, target: dict[str, Any], space: ConfigSpace) -> SearchStrategy:
+    options = dict(search.options or {})
+    if search.strategy == "transfer":
+        options["seeds"] = transfer_seeds(session, search, target)
+    return make_strategy(search.strategy, space, target_shape(target), budget=budget_of(search), seed=search.seed,
+                         **options)
+
+
+class DbEvaluator:
+    """The Evaluator of one target: proposals become runs in the database, on the hardware queue."""
+
+    def __init__(self, factory: sessionmaker[Session], search: Search, target: dict[str, Any], slot: str,
+                 enqueue: EnqueueFn, queued_lease_seconds: float, poll_s: float) -> None:
+        self.factory, self.search, self.target, self.slot = factory, search, target, slot
+        self.enqueue, self.queued_lease_seconds, self.poll_s = enqueue, queued_lease_seconds, poll_s
+
+    def submit(self, proposals: Sequence[Proposal]) -> list[tuple[str, ...]]:
+        handles: list[tuple[str, ...]] = [()] * len(proposals)
+        shape = self.target["shape"]
+        with self.factory() as session:
+            for fidelity in {p.fidelity for p in proposals}:
+                idx = [i for i, p in enumerate(proposals) if p.fidelity == fidelity]
+                ids = q.add_proposal_runs(
+                    session, self.search, fidelity=fidelity,
+                    proposals=[(dict(proposals[i].config), ConfigSpace.canonical(proposals[i].config)) for i in idx],
+                    shape=shape, shape_key=self.target["shape_key"], shape_name=shape["name"], ms=self.target["ms"],
+                    slot=self.slot, queued_lease_seconds=self.queued_lease_seconds)
+                for i, run_ids in zip(idx, ids, strict=True):
+                    handles[i] = tuple(sorted(run_ids))
+            all_ids = [rid for h in handles for rid in h]
+            try:
+                self.enqueue(all_ids, self.search.queue)
+            except Exception as exc:  # the runs exist: the sweeper enqueues them once their lease is stale
+                log.warning("search %d: enqueue to %s failed (%s); left for the sweeper", self.search.id,
+                            self.search.queue, exc)
+                runs_q.mark_enqueue_failed(session, all_ids)
+        return handles  # type: ignore[return-value]
+
+    def _landed(self, handles: Sequence[tuple[str, ...]]) -> list[Outcome | None]:
+        with self.factory() as session:
+            runs = {r.id: r for r in q.runs_by_ids(session, [rid for h in handles for rid in h])}
+        out: list[Outcome | None] = []
+        for h in handles:
+            rows = [runs[rid] for rid in h if rid in runs]
+            if len(rows) != len(h) or not all(r.status in ("done", "cancelled") for r in rows):
+                out.append(None)
+                continue
+            first = rows[0]
+            out.append(outcome_of(q.ProposalRuns(fidelity=first.fidelity, config=dict(first.config),
+                                                 config_key=first.config_key, runs=rows)))
+        return out
+
+    def results(self, handles: Sequence[Any], timeout: float) -> list[Outcome | None]:
+        out = self._landed(handles)
+        if timeout > 0 and not any(o is not None for o in out):
+            time.sleep(timeout)  # one look now, one after the wait: the poll rate stays bounded
+            out = self._landed(handles)
+        return out
+
+
+def _resume_target(session: Session, factory: sessionmaker[Session], search: Search, target: dict[str, Any],
+                   space: ConfigSpace, slot: str, enqueue: EnqueueFn, settings: Settings, poll_s: float) -> SearchDriver:
+    strategy = build_strategy(session, search, target, space)
+    proposals = q.target_runs(session, search.id, target["shape_key"], target["ms"])
+    done = sorted((p for p in proposals if p.finished), key=lambda p: (p.finished_at or p.created_at, p.config_key))
+    finished = [(Proposal(config=p.config, fidelity=p.fidelity), outcome_of(p)) for p in done]  # type: ignore[arg-type]
+    in_flight = [(Proposal(config=p.config, fidelity=p.fidelity), p.run_ids)  # type: ignore[arg-type]
+                 for p in proposals if not p.finished]
+    if finished or in_flight:
+        log.info("search %d %s: resuming with %d finished and %d in-flight proposals", search.id, target["label"],
+                 len(finished), len(in_flight))
+    evaluator = DbEvaluator(factory, search, target, slot, enqueue, settings.queued_lease_seconds, poll_s)
+    return SearchDriver.resume(strategy, evaluator, batch_size=search.batch_size, finished=finished,
+                               in_flight=in_flight, poll_s=poll_s)
+
+
+def drive(search_id: int, *, factory: sessionmaker[Session] | None = None, enqueue: EnqueueFn | None = None) -> str:
+    """Drive the search to its end (or until it is cancelled or taken over). Returns how it ended."""
+    factory = factory or default_session_factory()
+    if enqueue is None:
+        from workers.dispatch import enqueue_runs as enqueue
+    settings = Settings()
+    lease, poll_s = lease_seconds(), poll_seconds()
+    me = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+    with factory() as session:
+        search = q.claim_driver(session, search_id, me, lease)
+        if search is None:
+            return "skipped"
+    try:
+        with factory() as session:
+            variant = session.get(Variant, search.variant_id)
+            assert variant is not None
+            space = ConfigSpace.parse({**variant.config_space, "constraints": variant.constraints})
+            drivers = {t["label"]: _resume_target(session, factory, search, t, space, variant.slot, enqueue,
+                                                  settings, poll_s)
+                       for t in search.targets if t["label"] not in (search.stop_reasons or {})}
+        renew_every = min(lease / 3, 2.0)
+        renewed = time.monotonic()
+        while drivers:
+            for label, driver in list(drivers.items()):
+                if not driver.step():
+                    reason = driver.stop_reason or "stopped"
+                    with factory() as session:
+                        q.set_stop_reason(session, search_id, me, label, reason)
+                    log.info("search %d %s: %s after %d evaluations", search_id, label, reason,
+                             driver.progress().evaluations)
+                    del drivers[label]
+            if time.monotonic() - renewed > renew_every:
+                with factory() as session:
+                    if not q.renew_driver(session, search_id, me, lease):
+                        return "released"  # cancelled, or another driver took over after a stall
+                renewed = time.monotonic()
+        with factory() as session:
+            q.finish_search(session, search_id, me, "done")
+        return "done"
+    except OperationalError:
+        # The database is unreachable: stop; the lease runs out and the sweeper hands the search to a
+        # new driver, which resumes from what was stored.
+        log.exception("search %d: database error; leaving it to be resumed", search_id)
+        return "interrupted"
+    except Exception:
+        log.exception("search %d failed", search_id)
+        with factory() as session:
+            q.finish_search(session, search_id, me, "failed", error=traceback.format_exc()[-4000:])
+        return "failed"
