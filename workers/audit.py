@@ -22,7 +22,10 @@ from typing import Any, Callable
 
 # Compilers and tools the Triton / CuTe DSL backends run as subprocesses.
 ALLOWED_TOOLS = frozenset({"ptxas", "nvdisasm", "cuobjdump", "nvlink", "fatbinary", "gcc", "cc", "clang",
-                           "g++", "c++", "ld", "ldconfig", "ldconfig.real"})
+                           "g++", "c++", "ld", "ldconfig", "ldconfig.real",
+                           # platform.architecture() runs `file -b <python>` when Triton builds its
+                           # launcher on a GPU host (seen on the H200): read-only, harmless
+                           "file"})
 
 # Python helpers the backends run in a fresh interpreter (Triton's AOT compile on the CPU).
 ALLOWED_PYTHON_MODULES = frozenset({"kernels.backends.triton_backend"})
