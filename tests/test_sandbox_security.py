@@ -5,6 +5,7 @@ default sandbox mode (KT_SANDBOX_MODE, zygote unless set)."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 import os
 import resource
 import signal
@@ -207,3 +208,27 @@ def build(config, shape):
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 200 << 10  # KiB
     if zygote is not None:
         assert sandbox.zygote_pid() == zygote
+
+
+def test_toolchain_compiler_by_its_link_name_is_allowed(tmp_path: Path) -> None:
+    """Triton builds its launcher with `/usr/bin/gcc` on GPU hosts; on Debian and Ubuntu that is a link
+    to x86_64-linux-gnu-gcc-N. The toolchain must be recognised by the name it was invoked under (seen
+    refused on the H200 before this was fixed), while a `gcc` the variant writes itself stays refused."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.fail("gcc is not installed (Triton needs it on GPU hosts; Debian's build-essential)")
+    source = f'''
+import os, subprocess, tempfile, torch
+
+def build(config, shape):
+    d = tempfile.mkdtemp()
+    c = os.path.join(d, "k.c")
+    with open(c, "w") as f:
+        f.write("int k(void) {{ return 1; }}\\n")
+    subprocess.run([{gcc!r}, c, "-O2", "-shared", "-fPIC", "-o", os.path.join(d, "k.so")], check=True)
+    def run(x, w, out):
+        out.copy_(x.float().matmul(w.float().t()).to(out.dtype))
+    return run
+'''
+    r = run_source(source, tmp_path)
+    assert r.verdict == Verdict.passed, (r.verdict, r.reason_code, r.reason)

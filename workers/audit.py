@@ -114,8 +114,11 @@ def install(private_dirs: tuple[str, ...]) -> Callable[[], list[dict[str, str]]]
         if real == os.path.realpath(sys.executable):
             return isinstance(argv, (list, tuple)) and len(argv) > 2 and argv[1] == "-m" \
                 and argv[2] in ALLOWED_PYTHON_MODULES
-        # A tool named "ptxas" that the variant wrote itself is not the toolchain's.
-        return os.path.basename(real) in ALLOWED_TOOLS and not real.startswith(private)
+        # A tool named "ptxas" that the variant wrote itself is not the toolchain's. The name may be
+        # the invoked one (/usr/bin/gcc is a link to x86_64-linux-gnu-gcc-12 on Debian and Ubuntu).
+        names = {os.path.basename(path), os.path.basename(real)}
+        return bool(names & ALLOWED_TOOLS) and not real.startswith(private) \
+            and not os.path.realpath(os.path.dirname(resolved)).startswith(private)
 
     def check_path(event: str, raw: Any, real: str | None, write: bool) -> None:
         if real is None:
