@@ -1,0 +1,208 @@
+"""10,000 queued runs drained, none lost: API -> Redis -> celery workers -> PostgreSQL, all real.
+
+The workers run on the replay device (workers/replay_device.py, KT_DEVICE=replay:<landscape>): each run
+is answered from a recorded landscape instead of a sandboxed evaluation, so what is measured is the
+service's own path per run (claim, lease heartbeat, result write, winner recompute, ack) and the
+broker, not kernel time. The landscape here is synthetic (search.landscape.synthetic_gemm_landscape,
+labelled so in the results) for tiny-moe's o_proj (N=256, K=128): 2,500 configs x 4 batch sizes.
+
+Checked: every run has exactly one result write (a PostgreSQL audit trigger on runs), none is left
+queued or running, Redis holds no message and no unacked delivery at the end.
+
+    python bench/drain_queue.py                       # merges into bench/results/<date>-cpu-load.{json,md}
+    python bench/drain_queue.py --workers 3 --timeout 1800
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from load_api import GEMM_SOURCE, Server, git_commit, machine, merge_results  # noqa: E402
+from service.embedded import worker_command  # noqa: E402
+from tests.support.live import AUDIT_DDL_PG  # noqa: E402
+from tests.support.servers import RedisServer  # noqa: E402
+
+TOTAL = 10_000
+CONFIGS = 2500  # 1,250 per job x 4 batch sizes = 5,000 runs per job (the per-job limit): 2 jobs
+MS = [1, 2, 4, 8]
+O_PROJ = {"N": 256, "K": 128}  # tiny-moe o_proj at TP1 (kernels/slots/dense_gemm.py)
+
+
+def queue_depth(redis_url: str) -> tuple[int, int]:
+    """(messages waiting on kt.replay, messages delivered but unacked) as kombu's Redis transport keeps them."""
+    import redis
+
+    r = redis.Redis.from_url(redis_url)
+    waiting = sum(int(r.llen(k)) for k in r.scan_iter(match="kt.replay*") if r.type(k) == b"list")
+    unacked = int(r.hlen("unacked")) if r.exists("unacked") else 0
+    return waiting, unacked
+
+
+def counts(db_url: str) -> dict[str, int]:
+    eng = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
+    with eng.connect() as conn:
+        out = {s: n for s, n in conn.execute(sa.text("SELECT status, count(*) FROM runs GROUP BY status"))}
+        writes = conn.execute(sa.text("SELECT count(*), count(DISTINCT run_id) FROM kt_audit WHERE new_status = 'done'")).one()
+        passed = conn.execute(sa.text("SELECT count(*) FROM runs WHERE verdict = 'passed'")).scalar_one()
+    eng.dispose()
+    return {**out, "result_writes": writes[0], "runs_with_result": writes[1], "passed": passed}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=1800.0, help="give up (and fail) after this many seconds")
+    ap.add_argument("--max-drain-seconds", type=float, default=300.0,
+                    help="stop draining after this long (from the first result) and account for what is left")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    from search.landscape import synthetic_gemm_landscape
+
+    mach = machine()
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"kt-drain-{os.getpid()}"
+    space = {"n_chunks": [1], "tag": list(range(CONFIGS))}  # tag: distinct configs, ignored by the kernel
+    landscape = synthetic_gemm_landscape(space, O_PROJ, MS, seed=7, command="bench/drain_queue.py").save(
+        tmp / "landscape-o_proj.json")
+    redis_srv = RedisServer(tmp / "redis").start()
+    server = Server(env_extra={"KT_BROKER_URL": redis_srv.url, "KT_QUEUED_LEASE_SECONDS": "7200"}).start()
+    workers: list[subprocess.Popen] = []
+    summary: dict[str, Any] = {}
+    failure: BaseException | None = None
+    try:
+        eng = sa.create_engine(server.db_url)
+        with eng.begin() as conn:
+            for ddl in AUDIT_DDL_PG:
+                conn.execute(sa.text(ddl))
+        eng.dispose()
+        token = server.token()
+        http = httpx.Client(base_url=server.url, timeout=300, headers={"Authorization": f"Bearer {token}"} if token else {})
+        r = http.post("/v1/variants", json={"slot": "dense_gemm", "language": "torch", "source": GEMM_SOURCE,
+                                            "config_space": space, "provenance": {"author": "bench", "notes": "drain"}})
+        r.raise_for_status()
+        variant_id = r.json()["id"]
+
+        # 1. 10,000 runs through the API onto Redis, before any worker exists.
+        t0 = time.monotonic()
+        jobs: list[int] = []
+        for half in (list(range(0, CONFIGS // 2)), list(range(CONFIGS // 2, CONFIGS))):
+            configs = [{"n_chunks": 1, "tag": t} for t in half]
+            r = http.post("/v1/jobs", json={"variant_id": variant_id, "hardware": "replay", "shapes": ["o_proj"],
+                                            "configs": configs,
+                                            "deployment": {"spec": "tiny-moe", "tp": 1, "batch_sizes": MS}})
+            r.raise_for_status()
+            assert r.json()["enqueued"], r.json()
+            jobs.append(r.json()["job"]["id"])
+        enqueue_s = time.monotonic() - t0
+        waiting, _ = queue_depth(redis_srv.url)
+        total = sum(http.get(f"/v1/jobs/{j}").json()["progress"]["total"] for j in jobs)
+        summary["runs queued via the API"] = f"{total} runs in {len(jobs)} jobs, created and enqueued in " \
+            f"{enqueue_s:.1f} s ({total / enqueue_s:.0f} runs/s); messages on Redis: {waiting}"
+        assert total == TOTAL and waiting == TOTAL, (total, waiting)
+
+        # 2. Drain with replay workers; the clock starts at the first result (no worker start-up).
+        env = {**os.environ, "KT_DATABASE_URL": server.db_url, "KT_BROKER_URL": redis_srv.url,
+               "KT_DATA_DIR": str(server.data_dir), "KT_DEVICE": f"replay:{landscape}", "KT_LOG_FORMAT": "plain"}
+        for i in range(args.workers):
+            workers.append(subprocess.Popen(worker_command("replay", name=f"drain{i}"), cwd=ROOT, env=env,
+                                            stdout=open(server.data_dir / f"worker{i}.log", "ab"),
+                                            stderr=subprocess.STDOUT, start_new_session=True))
+        deadline = time.monotonic() + args.timeout
+        while counts(server.db_url).get("done", 0) == 0:
+            assert time.monotonic() < deadline, "no run finished"
+            time.sleep(0.2)
+        t0 = time.monotonic()
+        samples: list[tuple[float, int]] = []
+        while True:
+            c = counts(server.db_url)
+            samples.append((time.monotonic() - t0, c.get("done", 0)))
+            if c.get("done", 0) == TOTAL or time.monotonic() - t0 > args.max_drain_seconds:
+                break
+            assert time.monotonic() < deadline, f"drain stalled: {c}"
+            time.sleep(1.0)
+        drain_s = time.monotonic() - t0
+        complete = samples[-1][1] == TOTAL
+        if not complete:  # warm shutdown: each worker finishes (and acks) the run it holds, then exits
+            for w in workers:
+                os.killpg(w.pid, signal.SIGTERM)
+            for w in workers:
+                w.wait(timeout=120)
+        else:  # every message consumed and acked (a redelivery would show as unacked or waiting)
+            while time.monotonic() < deadline and queue_depth(redis_srv.url) != (0, 0):
+                time.sleep(0.5)
+        waiting, unacked = queue_depth(redis_srv.url)
+        final = counts(server.db_url)
+        done, queued = final.get("done", 0), final.get("queued", 0)
+        duplicates = final["result_writes"] - final["runs_with_result"]
+        # Lost = a run neither done nor still backed by a message the broker will deliver.
+        lost = TOTAL - done - min(queued, waiting + unacked)
+        def rate(a: float, b: float) -> float:
+            pts = [(t, n) for t, n in samples if a <= t <= b]
+            return (pts[-1][1] - pts[0][1]) / max(1e-9, pts[-1][0] - pts[0][0]) if len(pts) > 1 else float("nan")
+        first, last = rate(0, 60), rate(drain_s - 60, drain_s)
+        summary["drained (measured)"] = (f"{done} of {TOTAL} runs by {args.workers} replay workers in {drain_s:.0f} s "
+                                         f"= {done / drain_s:.1f} runs/s overall; {first:.1f} runs/s in the first "
+                                         f"minute, {last:.1f} runs/s in the last")
+        summary["accounting"] = (f"done={done} passed={final['passed']} queued={queued} running={final.get('running', 0)} "
+                                 f"result_writes={final['result_writes']} lost={lost} duplicates={duplicates}; "
+                                 f"Redis waiting={waiting} unacked={unacked}")
+        if not complete:
+            summary["extrapolated (not measured)"] = (
+                f"the remaining {TOTAL - done} runs at the last minute's {last:.1f} runs/s: "
+                f"{(TOTAL - done) / last / 60:.0f} more minutes, and the rate keeps falling (see finding)"
+                if last > 0 else "no progress in the last minute")
+            summary["finding"] = ("throughput falls as a bucket fills: record_result -> recompute_winner runs a "
+                                  "correlated NOT EXISTS over the bucket's runs while holding the bucket's winner "
+                                  "row lock (FOR UPDATE), so results of one bucket serialise on a query that grows "
+                                  "with the bucket (pg_stat_activity: workers waiting on Lock/tuple); 10,000 runs "
+                                  "in 4 buckets here")
+        assert lost == 0 and duplicates == 0 and final.get("running", 0) == 0, summary
+        assert not complete or (waiting, unacked) == (0, 0), summary
+        summary["landscape"] = f"synthetic (roofline model, not a measurement): {landscape.name}, o_proj {O_PROJ}, Ms {MS}"
+        summary["note"] = ("replay answers skip the sandbox: a real CPU evaluation costs ~1-3 s of a worker "
+                           "(tests/test_e2e_service.py), so 10,000 real CPU runs would take hours on 2 cores")
+        summary["result"] = ("ok: all 10,000 drained" if complete else f"stopped by --max-drain-seconds at {done}/{TOTAL}") \
+            + ", none lost, no duplicates"
+    except BaseException as exc:  # the partial figures are still worth keeping, marked as a failure
+        failure = exc
+        summary["result"] = f"FAILED: {type(exc).__name__}: {exc}"[:2000]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                os.killpg(w.pid, signal.SIGTERM)
+        for w in workers:
+            try:
+                w.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(w.pid, signal.SIGKILL)
+        server.stop()
+        redis_srv.stop()
+    for k, v in summary.items():
+        print(f"{k}: {v}")
+    if not args.no_write:
+        path = merge_results("drain_queue", {
+            "command": "python bench/drain_queue.py " + " ".join(sys.argv[1:]), "commit": git_commit(),
+            "machine": mach, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "loadavg_at_end": os.getloadavg(), "summary": summary})
+        print(f"wrote {path} and {path.with_suffix('.md')}")
+    if failure is not None:
+        raise failure
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
