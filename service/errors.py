@@ -9,7 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -96,6 +96,20 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(OperationalError)
     async def _db_down(_: Request, exc: OperationalError) -> JSONResponse:
         return _db_error(exc)
+
+    @app.exception_handler(DataError)
+    async def _db_data(_: Request, exc: DataError) -> JSONResponse:
+        # The request passed validation but holds a value the database cannot store or compare:
+        # an id past PostgreSQL's 32-bit integer (fuzzing found /v1/jobs/2147483648 answering 500),
+        # text longer than its column. The client's input, so 422, never 500.
+        log.info("database refused a value: %s", exc.orig)
+        text = str(exc.orig).lower()
+        if "out of range" in text:
+            return _body(422, "out_of_range", "a number in the request is outside the range the service stores "
+                                              "(ids and counts are 32-bit signed integers: at most 2147483647)")
+        if "too long" in text:
+            return _body(422, "too_long", "a text value in the request is longer than the service stores")
+        return _body(422, "invalid_value", "a value in the request cannot be stored or compared by the database")
 
     @app.exception_handler(InterfaceError)
     async def _db_gone(_: Request, exc: InterfaceError) -> JSONResponse:  # a connection closed under us
