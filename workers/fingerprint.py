@@ -18,9 +18,10 @@ import subprocess
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 CACHE_FILE = "bandwidth.json"
 _HARDWARE_CLASSES = ("gb300", "gb200", "b300", "b200", "h200", "h100", "h20", "a100", "l40s")
@@ -32,6 +33,8 @@ def data_dir_from_env() -> Path:
 
 def llc_bytes(device: torch.device) -> int:
     """Last-level cache: GPU L2, or the highest-level CPU cache in sysfs (falls back to 32 MiB)."""
+    import torch  # lazily: the worker process itself never needs it
+
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).L2_cache_size)
     best_level, best = -1, 0
@@ -94,6 +97,8 @@ def hardware_class(device_name: str) -> str:
 
 
 def fingerprint(device: torch.device, threads: int) -> dict[str, Any]:
+    import torch  # lazily: the worker process itself never needs it
+
     libs = {"torch": torch.__version__, "triton": _version("triton"), "cutlass_dsl": _version("nvidia-cutlass-dsl"),
             "numpy": _version("numpy")}
     if device.type == "cuda":
@@ -119,6 +124,8 @@ def bandwidth_key(fp: dict[str, Any]) -> str:
 def measure_bandwidth_gbs(device: torch.device) -> float:
     """Copy bandwidth counting bytes read + written (the floor's ceiling), best of a few copies.
     1 GiB on a GPU (as baselines/h200_torch_small_m.py), 256 MiB (well above the LLC) on a CPU."""
+    import torch  # lazily: the worker process itself never needs it
+
     nbytes = 1 << 30 if device.type == "cuda" else 256 << 20
     src = torch.ones(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
