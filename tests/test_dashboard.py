@@ -121,7 +121,7 @@ def test_dashboard_shows_real_results(stack: EmbeddedStack, populated: dict[str,
                 "els => els.map(e => e.dataset.y)")]
             assert sorted(ys) == sorted(max(e["speedup"] for e in g["entries"] if e["variant_id"] == v)
                                         for g in groups for v in {e["variant_id"] for e in g["entries"]})
-            assert "No search API" in page.locator("#search-chart").inner_text()
+            assert "No search has reported results yet" in page.locator("#search-chart").inner_text()
             diff = page.locator("#diff").inner_text()
             assert "+    step = n // n_chunks  # one chunk per split" in diff and "-    step = n // n_chunks\n" in diff
             jobs_text = page.locator("#jobs tbody").inner_text()

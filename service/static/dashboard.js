@@ -204,10 +204,14 @@ async function searchesPath() {
   return state.searchesPath;
 }
 
-function historyOf(search) {
-  const h = search.history || (search.progress && search.progress.history) || [];
-  return h.filter((p) => p.value_us !== null && p.value_us !== undefined)
-    .map((p) => ({ x: p.evaluations, y: p.value_us, title: `${p.evaluations} evaluations: ${p.value_us} µs` }));
+// GET /v1/searches: one series per search target (shape at one M or one batch bucket), best-so-far
+// (us) after every finished proposal, as SearchTargetOut.history reports it.
+function searchSeries(search) {
+  return (search.targets || []).map((t) => ({
+    name: `search ${search.id} ${search.strategy} ${t.label}`,
+    points: (t.history || []).filter((p) => p.best_us !== null && p.best_us !== undefined)
+      .map((p) => ({ x: p.evaluations, y: p.best_us, title: `${p.evaluations} evaluations: ${p.best_us.toFixed(2)} µs` })),
+  }));
 }
 
 async function pollSearches() {
@@ -220,7 +224,7 @@ async function pollSearches() {
   const body = await api(path);
   const list = Array.isArray(body) ? body : body.searches || [];
   KTCharts.lineChart(chart, {
-    series: list.map((s) => ({ name: `search ${s.id ?? ""} ${s.strategy || ""}`.trim(), points: historyOf(s) })),
+    series: list.flatMap(searchSeries),
     xLabel: "evaluations", yLabel: "best so far (µs)", label: "search progress",
     empty: "No search has reported results yet.",
   });
