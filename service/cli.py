@@ -21,7 +21,8 @@ from service.client import ApiError, Client
 from service.embedded import EmbeddedStack, api_command, default_data_dir, embedded_env, worker_command
 
 app = typer.Typer(help="kerneltune: submit, check, time and rank decode-path kernels.", no_args_is_help=True)
-console = Console()
+# A pipe or a log file gets wide tables rather than rich's 80-column default.
+console = Console() if sys.stdout.isatty() else Console(width=180)
 
 ApiOpt = typer.Option(None, "--api", help="API base URL (default $KT_API_URL or http://127.0.0.1:8765)")
 SHIPPED = Path(__file__).resolve().parent.parent / "kernels" / "variants"
