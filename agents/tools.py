@@ -245,7 +245,7 @@ class SlotDetail(BaseModel):
 def _baselines() -> dict[str, Any] | None:
     """The measured H200 stock table (DESIGN.md); looked for where the repo and its deployments keep it."""
     env = os.environ.get("KT_BASELINES")
-    for p in ([Path(env)] if env else []) + [REPO / "bench" / "results" / BASELINE_FILE,
+    for p in ([Path(env)] if env else []) + [REPO / "bench" / "baselines" / BASELINE_FILE,
                                              REPO.parent / "shared" / "baselines" / BASELINE_FILE]:
         if p.is_file():
             return json.loads(p.read_text())
