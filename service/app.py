@@ -19,7 +19,7 @@ from service.auth import enforce_policy, install_auth_error_handler
 from service.deps import EnqueueFn, PingFn
 from service.errors import install_error_handlers
 from service.logging_setup import RequestLog, configure_json_logging
-from service.routers import (catalogue, dashboard, health, jobs, leaderboard, searches, tokens, tools, variants,
+from service.routers import (catalogue, dashboard, exports, health, jobs, leaderboard, searches, tokens, tools, variants,
                              winners)
 from service.search_dispatch import enqueue_drive, sweep_searches_forever
 from service.settings import Settings
@@ -94,7 +94,7 @@ def create_app(settings: Settings | None = None, *, enqueue_runs: EnqueueFn | No
     app.add_middleware(RequestLog)
     install_error_handlers(app)
     install_auth_error_handler(app)
-    for module in (variants, jobs, searches, leaderboard, winners, catalogue, health, tokens, tools, dashboard,
+    for module in (variants, jobs, searches, leaderboard, winners, exports, catalogue, health, tokens, tools, dashboard,
                    metrics):
         app.include_router(module.router)
     dashboard.mount_static(app)

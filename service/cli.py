@@ -308,6 +308,26 @@ def winners(slot: Optional[str] = None, hardware: Optional[str] = None, api: Opt
     console.print(t)
 
 
+@app.command("export")
+def export_cmd(hardware: str = typer.Option(..., help="hardware class the winners were measured on, e.g. h200"),
+               model: str = typer.Option("kimi-k2-like"), allow_partial: bool = False, version: str = "0.1.0",
+               out: Path = typer.Option(Path("."), help="folder the wheel is written to"),
+               api: Optional[str] = ApiOpt) -> None:
+    """Export the winners as an installable vLLM latency_specialized wheel."""
+    client = _client(api)
+    try:
+        res = client.post("/v1/exports", {"hardware": hardware, "model": model, "allow_partial": allow_partial,
+                                          "version": version})
+        out.mkdir(parents=True, exist_ok=True)
+        client.download(f"/v1/exports/{res['export_id']}/wheel", out / res["wheel_filename"])
+    except ApiError as exc:
+        _fail(exc)
+    console.print(f"wrote {out / res['wheel_filename']} (sha256 {res['sha256'][:16]}, {res['entries']} entries, "
+                  f"{res['stock_entries']} stock)" + (f"; skipped {len(res['skipped'])}" if res["skipped"] else ""))
+    for p in res["skipped"]:
+        console.print(f"  skipped {p['slot']} {p['shape_key']} {p['bucket']}: {p['reason']}")
+
+
 # --- the main job on the embedded default ------------------------------------------------------
 
 @app.command()

@@ -61,6 +61,18 @@ class Client:
     def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
         return self._call("POST", path, json=body or {})
 
+    def download(self, path: str, dest: "os.PathLike[str] | str") -> None:
+        try:
+            with self._http.stream("GET", path) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise ApiError(resp.status_code, resp.text)
+                with open(dest, "wb") as f:
+                    for chunk in resp.iter_bytes():
+                        f.write(chunk)
+        except httpx.TransportError as exc:
+            raise ApiError(0, f"cannot reach the kerneltune API at {self.base_url}: {exc}") from exc
+
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
         last: Exception | None = None
