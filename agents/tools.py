@@ -592,9 +592,9 @@ def winners(client: Client, a: WinnersArgs) -> WinnersOut:
 
 class ExportArgs(_Args):
     hardware: str = Field("h200", description="hardware class whose winners are exported")
-    slots: list[str] | None = Field(None, description="only these slots; default every slot with a winner")
-    model: str | None = Field(None, description="only winners measured for this model spec")
-    name: str | None = Field(None, description="package name")
+    model: str = Field("kimi-k2-like", description="model spec whose winners are exported")
+    allow_partial: bool = Field(False, description="export what qualifies and list the rest, instead of refusing")
+    version: str = Field("0.1.0", description="package version")
 
 
 class ExportOut(BaseModel):
