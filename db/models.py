@@ -147,6 +147,8 @@ class Run(Base):
         Index("ix_runs_job_status", "job_id", "status"),
         Index("ix_runs_bucket", "slot", "shape_key", "batch_bucket", "hardware", "status"),
         Index("ix_runs_lease", "status", "lease_expires_at"),
+        # the winner re-rank's "did this config fail anywhere in the bucket" check (db/queries/winners.py)
+        Index("ix_runs_config_bucket", "variant_id", "config_key", "shape_key", "batch_bucket", "hardware"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
