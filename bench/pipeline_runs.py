@@ -18,8 +18,10 @@ import os
 import random
 import subprocess
 import sys
+import multiprocessing as mp
 import time
 import uuid
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ sys.path.insert(0, str(REPO))
 from kernels.backends.base import source_hash  # noqa: E402
 from kernels.catalogue import get_slot  # noqa: E402
 from kernels.deployment import Deployment, batch_bucket  # noqa: E402
+from kernels.slots.base import Shape  # noqa: E402
 from kernels.variant_meta import declared_literals, declared_space  # noqa: E402
 from search.space import ConfigSpace  # noqa: E402
 from workers.protocol import BenchSettings, RunSpec  # noqa: E402
@@ -87,6 +90,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=180.0)
     ap.add_argument("--min-time", type=float, default=0.3, help="bench seconds per run")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--parallel", type=int, default=1, help="evaluations at once (their timed phases never overlap)")
     ap.add_argument("--space", default="", help="JSON config space overriding the module's (e.g. a subspace)")
     ap.add_argument("--landscape", action="store_true",
                     help="also write a search landscape (one variant, one shape): every point measured once")
@@ -101,7 +105,7 @@ def main() -> None:
     out_dir = Path(args.out)
     rows: list[dict[str, Any]] = []
     t_start = time.monotonic()
-    fingerprint: dict[str, Any] = {}
+    jobs: list[tuple[Path, str, RunSpec]] = []
     for vpath in [Path(p) for p in args.variants.split(",")]:
         source = vpath.read_text()
         slot = get_slot(slot_of(vpath))
@@ -112,38 +116,59 @@ def main() -> None:
                 continue
             for m in dep.token_counts():
                 for config in configs_for(source, shape.as_build_arg(m), args.configs, rng, space_override):
-                    spec = RunSpec(run_id=str(uuid.uuid4()), slot=slot.name, language=language, source=source,
-                                   source_hash=source_hash(source), config=config, shape=shape.to_json(), m=m,
-                                   device=args.device, seed=rng.randrange(2**31), timeout_s=args.timeout,
-                                   declares_library=uses_library,
-                                   bench=BenchSettings(min_time_s=args.min_time))
-                    res = evaluate(spec, data_dir=Path(args.data_dir))
-                    fingerprint = fingerprint or res.fingerprint
-                    b = res.bench
-                    row = {
-                        "variant": vpath.name, "language": language, "slot": slot.name, "shape": shape.name,
-                        "shape_key": shape.key, "M": m, "bucket": batch_bucket(m), "config": config,
-                        "verdict": res.verdict, "reason_code": res.reason_code, "reason": res.reason[:300],
-                        "compile_s": res.compile.seconds if res.compile else None,
-                        "compile_cache_hit": res.compile.cache_hit if res.compile else None,
-                        "check_trials": [t.model_dump() for t in res.check.trials] if res.check else [],
-                        "child_wall_s": res.child_wall_s, "uses_library": res.uses_library,
-                    }
-                    if b is not None:
-                        row.update(median_us=b.median_us, p10_us=b.p10_us, p90_us=b.p90_us, cv=b.cv,
-                                   baseline_median_us=b.baseline_median_us, baseline_cv=b.baseline_cv,
-                                   speedup=b.speedup, speedup_ci=[b.speedup_ci_lo, b.speedup_ci_hi],
-                                   floor_us=b.floor_us, frac_of_floor=b.frac_of_floor,
-                                   bandwidth_gbs=b.bandwidth_gbs, timer=b.timer, n=b.n)
-                    rows.append(row)
-                    sp = f"{b.speedup:.2f}x [{b.speedup_ci_lo:.2f},{b.speedup_ci_hi:.2f}] {100*b.frac_of_floor:.0f}%floor" if b else ""
-                    write_results(out_dir, header_for(args, dep, fingerprint, t_start), rows, args.what,
-                                  args.hardware)
-                    print(f"{vpath.name:34s} {shape.name:12s} M={m:3d} {json.dumps(config, separators=(',', ':'))[:60]:60s} "
-                          f"{res.verdict:14s} {res.reason_code:18s} {sp}", flush=True)
+                    jobs.append((vpath, shape.name, RunSpec(
+                        run_id=str(uuid.uuid4()), slot=slot.name, language=language, source=source,
+                        source_hash=source_hash(source), config=config, shape=shape.to_json(), m=m,
+                        device=args.device, seed=rng.randrange(2**31), timeout_s=args.timeout,
+                        declares_library=uses_library, bench=BenchSettings(min_time_s=args.min_time))))
+    fingerprint: dict[str, Any] = {}
+    data_dir = Path(args.data_dir)
+    # Several evaluations at once compile and check side by side; workers/gpu_lock.py gives each
+    # one's timed phase the device to itself, so --parallel changes throughput, not the timings.
+    with ProcessPoolExecutor(max_workers=args.parallel, mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(evaluate_one, spec, data_dir): (vpath, shape_name, spec)
+                   for vpath, shape_name, spec in jobs}
+        for fut in as_completed(futures):
+            vpath, shape_name, spec = futures[fut]
+            res = fut.result()
+            fingerprint = fingerprint or res.fingerprint
+            rows.append(row_of(vpath, shape_name, spec, res))
+            rows.sort(key=lambda r: (r["variant"], r["shape"], r["M"], json.dumps(r["config"], sort_keys=True)))
+            write_results(out_dir, header_for(args, dep, fingerprint, t_start), rows, args.what, args.hardware)
+            b = res.bench
+            sp = f"{b.speedup:.2f}x [{b.speedup_ci_lo:.2f},{b.speedup_ci_hi:.2f}] {100*b.frac_of_floor:.0f}%floor" if b else ""
+            print(f"{vpath.name:34s} {shape_name:12s} M={spec.m:3d} {json.dumps(spec.config, separators=(',', ':'))[:60]:60s} "
+                  f"{res.verdict:14s} {res.reason_code:18s} {sp} wall={res.child_wall_s or 0:.1f}s", flush=True)
 
     if args.landscape:
         write_landscape(out_dir, header_for(args, dep, fingerprint, t_start), rows, args, space_override)
+
+
+def evaluate_one(spec: RunSpec, data_dir: Path) -> Any:
+    return evaluate(spec, data_dir=data_dir)
+
+
+def row_of(vpath: Path, shape_name: str, spec: RunSpec, res: Any) -> dict[str, Any]:
+    shape_key = Shape.from_json(spec.shape).key
+    row: dict[str, Any] = {
+        "variant": vpath.name, "language": spec.language, "slot": spec.slot, "shape": shape_name,
+        "shape_key": shape_key, "M": spec.m, "bucket": batch_bucket(spec.m), "config": spec.config,
+        "verdict": res.verdict, "reason_code": res.reason_code, "reason": res.reason[:300],
+        "compile_s": res.compile.seconds if res.compile else None,
+        "compile_cache_hit": res.compile.cache_hit if res.compile else None,
+        "check_s": res.check.seconds if res.check else None,
+        "bench_s": res.bench.seconds if res.bench else None,
+        "check_trials": [t.model_dump() for t in res.check.trials] if res.check else [],
+        "child_wall_s": res.child_wall_s, "uses_library": res.uses_library,
+    }
+    b = res.bench
+    if b is not None:
+        row.update(median_us=b.median_us, p10_us=b.p10_us, p90_us=b.p90_us, cv=b.cv,
+                   baseline_median_us=b.baseline_median_us, baseline_cv=b.baseline_cv,
+                   speedup=b.speedup, speedup_ci=[b.speedup_ci_lo, b.speedup_ci_hi],
+                   floor_us=b.floor_us, frac_of_floor=b.frac_of_floor,
+                   bandwidth_gbs=b.bandwidth_gbs, timer=b.timer, n=b.n)
+    return row
 
 
 def header_for(args: argparse.Namespace, dep: Deployment, fingerprint: dict[str, Any], t_start: float) -> dict[str, Any]:

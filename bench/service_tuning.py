@@ -146,12 +146,15 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=420, help="stop waiting for jobs after this long")
     ap.add_argument("--out", default=os.environ.get("OUT", str(REPO / "bench" / "results")))
     ap.add_argument("--data-dir", default="/tmp/kt-service")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="worker processes on the device: they compile and check side by side, and "
+                         "workers/gpu_lock.py keeps their timed phases apart")
     args = ap.parse_args()
 
     plan = json.loads(Path(args.plan).read_text())
     data_dir = Path(args.data_dir)
     t0 = time.monotonic()
-    stack = EmbeddedStack(data_dir, port=8791, hardware=args.hardware,
+    stack = EmbeddedStack(data_dir, port=8791, hardware=args.hardware, workers=args.workers,
                           env_extra={"KT_DEVICE": args.device, "KT_RUN_TIMEOUT_S": "150"})
     stack.start()
     try:

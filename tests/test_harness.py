@@ -39,7 +39,8 @@ def test_shipped_torch_variant_passes_with_numbers(data_dir):
     assert b.n >= 20 and 0 < b.p10_us <= b.median_us <= b.p90_us
     assert b.speedup_ci_lo <= b.speedup <= b.speedup_ci_hi
     assert 0.6 < b.speedup < 1.6  # the same library call as the stock baseline
-    assert b.input_sets * b.set_bytes > 2 * b.llc_bytes  # rotating sets defeat the cache
+    # rotating sets defeat the cache, up to the cap on sets (a large LLC and a tiny shape can outgrow it)
+    assert b.input_sets * b.set_bytes > 2 * b.llc_bytes or b.input_sets == BenchSettings().max_input_sets
     assert 0 < b.frac_of_floor < 1 and b.bandwidth_gbs > 0
     assert r.fingerprint["hardware_key"].startswith(r.fingerprint["hardware_class"] + "-")
     cache = json.loads((data_dir / "bandwidth.json").read_text())

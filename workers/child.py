@@ -63,7 +63,8 @@ def main(result_fd: int | None = None) -> None:
     from workers.protocol import RunSpec
 
     spec = RunSpec.model_validate(handshake["spec"])
-    result = run_in_child(spec, ChildEnv(workdir=os.getcwd(), bandwidth_cache=handshake.get("bandwidth_cache", {})))
+    result = run_in_child(spec, ChildEnv(workdir=os.getcwd(), bandwidth_cache=handshake.get("bandwidth_cache", {}),
+                                             device_lock=handshake.get("device_lock")))
     _write_frame(out_fd, token, result.model_dump_json().encode())
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -10,6 +10,7 @@ Order matters and is all here:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import sys
 import time
@@ -28,6 +29,7 @@ import workers.audit
 import workers.bench
 import workers.check
 import workers.failures
+import workers.gpu_lock
 import workers.stats
 import workers.tamper
 import workers.timers
@@ -42,6 +44,7 @@ from workers.bench import BenchContext, run_bench
 from workers.check import CheckContext, run_check
 from workers.failures import Failure
 from workers.fingerprint import bandwidth_key, fingerprint, measure_bandwidth_gbs
+from workers.gpu_lock import DeviceLock
 from workers.languages import get_backend
 from workers.protocol import CheckStage, CompileStage, RunResult, RunSpec, Verdict
 
@@ -52,6 +55,7 @@ class ChildEnv:
 
     workdir: str
     bandwidth_cache: dict[str, Any] = field(default_factory=dict)
+    device_lock: str | None = None  # workers/gpu_lock.py: None when this run has the device to itself
 
 
 def derive_seed(base: int, label: str) -> int:
@@ -64,9 +68,9 @@ def _now() -> datetime:
 
 def _guarded(slot: Slot) -> Callable[[], None]:
     harness = [kernels.slots.base, sys.modules[type(slot).__module__], workers.audit, workers.bench, workers.check,
-               workers.failures, workers.stats, workers.tamper, workers.timers, workers.timers.cpu,
+               workers.failures, workers.gpu_lock, workers.stats, workers.tamper, workers.timers, workers.timers.cpu,
                workers.timers.cuda, sys.modules[__name__]]
-    libraries = [time, torch, torch.cuda, torch.nn.functional, torch.profiler, numpy]
+    libraries = [fcntl, time, torch, torch.cuda, torch.nn.functional, torch.profiler, numpy]
     classes = [torch.Tensor, torch.cuda.Event, torch.cuda.CUDAGraph, torch.profiler.profile, type(slot)]
     return tamper.capture(harness, libraries, classes)
 
@@ -94,7 +98,12 @@ def run_in_child(spec: RunSpec, env: ChildEnv) -> RunResult:
         fp = fingerprint(device, torch.get_num_threads())
         key = bandwidth_key(fp)
         cached = env.bandwidth_cache.get(key, {}).get("bandwidth_gbs")
-        bandwidth = float(cached) if cached else measure_bandwidth_gbs(device)
+        lock = DeviceLock(env.device_lock)  # opened before the seal: the variant never opens it
+        if cached:
+            bandwidth = float(cached)
+        else:
+            with lock.exclusive():
+                bandwidth = measure_bandwidth_gbs(device)
         result.bandwidth_measured = not cached
         result.fingerprint = {**fp, "bandwidth_key": key, "bandwidth_gbs": bandwidth}
         configure_language_caches()  # before triton / cutlass are imported: they bind their cache dirs
@@ -103,12 +112,13 @@ def run_in_child(spec: RunSpec, env: ChildEnv) -> RunResult:
         except CompileError as exc:
             result.compile = CompileStage(ok=False, log=str(exc))
             return _end(result, Verdict.compile_failed, "backend_unavailable", str(exc))
-        if spec.language != "torch" and not spec.declares_library:
-            _warm_profiler(device)
+        with lock.shared():
+            if spec.language != "torch" and not spec.declares_library:
+                _warm_profiler(device)
         # 2. seal
         refusals = audit.install((env.workdir,))
         verify = _guarded(slot)
-        _stages(spec, env, result, slot, shape, device, backend, bandwidth, verify)
+        _stages(spec, env, result, slot, shape, device, backend, bandwidth, verify, lock)
     except Failure as f:
         _apply_failure(result, f)
     except tamper.Tampered as t:
@@ -134,7 +144,23 @@ def run_in_child(spec: RunSpec, env: ChildEnv) -> RunResult:
 
 
 def _stages(spec: RunSpec, env: ChildEnv, result: RunResult, slot: Slot, shape: Shape, device: torch.device,
-            backend: Any, bandwidth: float, verify: Callable[[], None]) -> None:
+            backend: Any, bandwidth: float, verify: Callable[[], None], lock: DeviceLock) -> None:
+    with lock.shared():  # compile and check beside other runs on this device
+        built = _compile_and_check(spec, env, result, slot, shape, device, backend, verify)
+    if built is None:
+        return
+    with lock.exclusive():  # the timed phase has the device to itself
+        bench, timed = run_bench(BenchContext(slot, shape, spec.m, device, built.fn, spec.bench,
+                                              derive_seed(spec.seed, "bench"), bandwidth, verify))
+    assert result.check is not None
+    result.check.trials.append(timed)
+    result.bench = bench
+    _end(result, Verdict.passed, "ok", "compiled, checked and benchmarked")
+
+
+def _compile_and_check(spec: RunSpec, env: ChildEnv, result: RunResult, slot: Slot, shape: Shape,
+                       device: torch.device, backend: Any, verify: Callable[[], None]) -> Any:
+    """The built kernel when it compiled and passed its check; None when a verdict is already set."""
     # 3. compile
     filename = f"{env.workdir}/variant_{spec.source_hash[:12]}.py"
     t0 = time.perf_counter()
@@ -145,20 +171,20 @@ def _stages(spec: RunSpec, env: ChildEnv, result: RunResult, slot: Slot, shape: 
     except NeedsDevice as exc:
         result.compile = CompileStage(ok=True, seconds=time.perf_counter() - t0, backend=backend.version(), log=str(exc))
         _end(result, Verdict.compiled, "needs_device", f"compiled only; check and bench are waiting for a GPU queue: {exc}")
-        return
+        return None
     except CompileError as exc:
         result.compile = CompileStage(ok=False, seconds=time.perf_counter() - t0, log=(exc.log or str(exc))[-8000:],
                                       line=exc.line, backend=backend.version())
         code = "syntax_error" if str(exc).startswith("SyntaxError") else "compile_error"
         _end(result, Verdict.compile_failed, code, str(exc) + (f" (line {exc.line})" if exc.line else ""))
-        return
+        return None
     except Exception as exc:  # a backend that let the variant's exception through
         line = line_in_source(exc, filename)
         result.compile = CompileStage(ok=False, seconds=time.perf_counter() - t0, log=traceback.format_exc()[-8000:],
                                       line=line, backend=backend.version())
         _end(result, Verdict.compile_failed, "compile_error", f"{type(exc).__name__}: {exc}"
              + (f" (line {line})" if line else ""))
-        return
+        return None
     verify()
     result.compile = CompileStage(ok=True, seconds=time.perf_counter() - t0, cache_hit=built.cache_hit,
                                   log=built.log[-8000:], backend=backend.version())
@@ -180,13 +206,7 @@ def _stages(spec: RunSpec, env: ChildEnv, result: RunResult, slot: Slot, shape: 
         raise Failure(Verdict.rejected, "undeclared_library_call",
                       f"a {spec.language} variant called library GEMMs ({', '.join(check.library_ops)}) "
                       "without declaring USES_LIBRARY")
-
-    # bench
-    bench, timed = run_bench(BenchContext(slot, shape, spec.m, device, built.fn, spec.bench,
-                                          derive_seed(spec.seed, "bench"), bandwidth, verify))
-    check.trials.append(timed)
-    result.bench = bench
-    _end(result, Verdict.passed, "ok", "compiled, checked and benchmarked")
+    return built
 
 
 def _end(result: RunResult, verdict: Verdict, code: str, reason: str) -> RunResult:

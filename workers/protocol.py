@@ -34,7 +34,7 @@ class BenchSettings(BaseModel):
     input_sets: int | None = Field(default=None, ge=1, description="rotating input sets; None: enough to exceed 2x the LLC")
     max_input_sets: int = Field(default=256, ge=1)
     cpu_threads: int = Field(default=1, ge=1, description="torch.set_num_threads in the child, fixed and recorded")
-    graph_calls: int | None = Field(default=None, ge=1, description="CUDA: calls captured per graph (default: one per set)")
+    graph_calls: int | None = Field(default=None, ge=1, description="CUDA: calls captured per graph (default: whole passes over the sets, at least 32 calls)")
     bootstrap: int = Field(default=2000, ge=100, description="bootstrap resamples for the speedup CI")
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from workers.fingerprint import read_bandwidth_cache, store_bandwidth
+from workers.gpu_lock import lock_dir
 from workers.protocol import RunResult, RunSpec, SandboxInfo, Verdict
 from workers.zygote import ForkedChild, ZygoteClient, ZygoteUnavailable
 
@@ -334,6 +335,7 @@ def _evaluate(spec: RunSpec, data_dir: Path, started: datetime) -> RunResult:
     limits = resource_limits(spec)
     handshake = json.dumps({"spec": spec.model_dump(mode="json"), "token": token.hex(),
                             "bandwidth_cache": read_bandwidth_cache(data_dir),
+                            "device_lock": str(lock_dir(data_dir, spec.device)),
                             "filesystem": {"protected": [str(data_dir)], "writable": [workdir, str(cache)]}}).encode()
     pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, result: (read, write)
     child_ends = (pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1])

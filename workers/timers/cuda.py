@@ -14,6 +14,7 @@ import torch
 from workers.protocol import BenchSettings
 from workers.timers import PoisonFn, RunFn, StreamEscape, round_order
 
+MIN_GRAPH_CALLS = 32
 # Bound before any variant is imported (see workers/tamper.py for the identity check).
 _elapsed_time = torch.cuda.Event.elapsed_time
 
@@ -26,7 +27,9 @@ class CudaGraphTimer:
 
     def measure(self, runs: dict[str, RunFn], poison: PoisonFn, n_sets: int,
                 settings: BenchSettings) -> tuple[dict[str, list[float]], dict[str, set[int]]]:
-        calls = settings.graph_calls or n_sets
+        # Enough calls per replay that launch jitter averages out (a replay of a few us kernels is
+        # otherwise dominated by it: CV 0.10-0.15 seen on the H200), a whole number of passes over the sets.
+        calls = settings.graph_calls or n_sets * -(-MIN_GRAPH_CALLS // n_sets)
         names = list(runs)
         with torch.cuda.device(self.device):
             side = torch.cuda.Stream()
