@@ -12,5 +12,5 @@ PIPELINE=(pydantic==2.14.4 pydantic-core==2.50.5 annotated-types typing-inspecti
 dl .whlp "${PIPELINE[@]}"
 dl .whl2 "${PIPELINE[@]}" fastapi==0.165.0 starlette uvicorn==0.55.0 sqlalchemy==2.1.9 greenlet alembic==1.20.1 mako \
   celery==5.7.0 kombu==5.7.0 billiard vine amqp click-didyoumean click-repl click-plugins prompt-toolkit wcwidth \
-  tzdata tzlocal opentelemetry-api importlib-metadata
+  tzdata tzlocal opentelemetry-api importlib-metadata setuptools wheel
 du -sh .whlp .whl2

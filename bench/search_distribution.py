@@ -152,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         variant_id = client.post("/v1/variants", {"slot": "dense_gemm", "language": "torch", "source": source,
                                                   "config_space": SPACE, "provenance": {"author": "bench"}})["id"]
         for n in args.workers:
+            load_before = os.getloadavg()  # the machine is shared: say how busy it was
             row = run_once(stack, client, variant_id, n, args.points)
+            row["loadavg_before"], row["loadavg_after"] = [round(x, 2) for x in load_before], [round(x, 2) for x in os.getloadavg()]
             row["ideal_s"] = round(args.points * args.delay / n, 2)
             row["efficiency"] = round(row["ideal_s"] / row["wall_s"], 3)
             rows.append(row)
@@ -178,10 +180,10 @@ def main(argv: list[str] | None = None) -> int:
              f"- date: {date}", f"- commit: {header['commit']}", f"- command: `{command}`",
              f"- machine: {header['machine']['cpu']}, {header['machine']['cpus']} CPUs, {header['machine']['system']}",
              f"- stack: {header['stack']}", f"- landscape: {header['landscape']}; each run sleeps {args.delay} s",
-             "", "| workers | wall s | ideal s (points x delay / workers) | efficiency | speedup vs 1 |",
-             "| ---: | ---: | ---: | ---: | ---: |"]
-    lines += [f"| {r['workers']} | {r['wall_s']} | {r['ideal_s']} | {r['efficiency']:.0%} | {r['speedup_vs_1']} |"
-              for r in rows]
+             "", "| workers | wall s | ideal s (points x delay / workers) | efficiency | speedup vs 1 | load avg before / after (1 min) |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {r['workers']} | {r['wall_s']} | {r['ideal_s']} | {r['efficiency']:.0%} | {r['speedup_vs_1']} "
+              f"| {r['loadavg_before'][0]} / {r['loadavg_after'][0]} |" for r in rows]
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print(f"wrote {stem}.json and .md")
     return 0

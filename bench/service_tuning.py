@@ -83,6 +83,22 @@ def run_plan(client: Client, plan: dict[str, Any], hardware: str, deadline: floa
     return jobs
 
 
+def export_winners(client: Client, hardware: str, out: Path) -> dict[str, Any]:
+    """POST /v1/exports over what qualifies (--allow-partial), and the wheel next to the results:
+    the session script installs it on the same device and runs its self-test."""
+    try:
+        res = client.post("/v1/exports", {"hardware": hardware, "model": "kimi-k2-like", "allow_partial": True,
+                                          "version": "0.1.0"})
+    except ApiError as exc:
+        print(f"export refused: {exc}", flush=True)
+        return {"refused": str(exc)}
+    out.mkdir(parents=True, exist_ok=True)
+    client.download(f"/v1/exports/{res['export_id']}/wheel", out / res["wheel_filename"])
+    print(f"exported {res['wheel_filename']}: {res['entries']} entries, {res['stock_entries']} stock, "
+          f"{len(res['skipped'])} skipped", flush=True)
+    return {k: res[k] for k in ("export_id", "wheel_filename", "sha256", "entries", "stock_entries", "skipped")}
+
+
 def geomean(xs: list[float]) -> float | None:
     xs = [x for x in xs if x and x > 0]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
@@ -146,6 +162,7 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=420, help="stop waiting for jobs after this long")
     ap.add_argument("--out", default=os.environ.get("OUT", str(REPO / "bench" / "results")))
     ap.add_argument("--data-dir", default="/tmp/kt-service")
+    ap.add_argument("--export", action="store_true", help="also export the winners as a wheel into --out")
     ap.add_argument("--workers", type=int, default=1,
                     help="worker processes on the device: they compile and check side by side, and "
                          "workers/gpu_lock.py keeps their timed phases apart")
@@ -162,6 +179,7 @@ def main() -> None:
         jobs = run_plan(client, plan, args.hardware, deadline=t0 + args.budget_s)
         winners = client.get("/v1/winners", hardware=args.hardware)
         board = client.get("/v1/leaderboard", hardware=args.hardware, per_group=3)
+        export = export_winners(client, args.hardware, Path(args.out)) if args.export else None
         fingerprints = {
             (w.get("evidence") or {}).get("fingerprint", {}).get("id"): (w.get("evidence") or {}).get("fingerprint")
             for w in winners if w.get("evidence")}
@@ -173,7 +191,7 @@ def main() -> None:
     date = dt.date.today().isoformat()
     header = {"what": f"kerneltune service tuning: {args.what}", "date": date,
               "device": (fp.get("fields") or {}).get("name", args.device), "fingerprint": fp,
-              "commit": git_commit(), "command": " ".join(sys.argv), "plan": plan, "jobs": jobs,
+              "commit": git_commit(), "command": " ".join(sys.argv), "plan": plan, "jobs": jobs, "export": export,
               "wall_s": round(time.monotonic() - t0, 1)}
     summary = summarise(winners, board)
     out = Path(args.out)
