@@ -41,6 +41,9 @@ LANG_BY_DIR = {"torch": "torch", "triton": "triton", "cute": "cute"}
 
 
 def git_commit() -> str:
+    # The device copy's .git can lag the tree that travelled: the caller's KT_COMMIT wins.
+    if os.environ.get("KT_COMMIT"):
+        return os.environ["KT_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
                               check=True).stdout.strip()

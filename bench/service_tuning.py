@@ -34,6 +34,9 @@ SMALL_M = (1, 2, 4, 8, 16)
 
 
 def git_commit() -> str:
+    # The device copy's .git can lag the tree that travelled: the caller's KT_COMMIT wins.
+    if os.environ.get("KT_COMMIT"):
+        return os.environ["KT_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
                               check=True).stdout.strip()
@@ -83,11 +86,11 @@ def run_plan(client: Client, plan: dict[str, Any], hardware: str, deadline: floa
     return jobs
 
 
-def export_winners(client: Client, hardware: str, out: Path) -> dict[str, Any]:
+def export_winners(client: Client, hardware: str, model: str, out: Path) -> dict[str, Any]:
     """POST /v1/exports over what qualifies (--allow-partial), and the wheel next to the results:
     the session script installs it on the same device and runs its self-test."""
     try:
-        res = client.post("/v1/exports", {"hardware": hardware, "model": "kimi-k2-like", "allow_partial": True,
+        res = client.post("/v1/exports", {"hardware": hardware, "model": model, "allow_partial": True,
                                           "version": "0.1.0"})
     except ApiError as exc:
         print(f"export refused: {exc}", flush=True)
@@ -179,7 +182,7 @@ def main() -> None:
         jobs = run_plan(client, plan, args.hardware, deadline=t0 + args.budget_s)
         winners = client.get("/v1/winners", hardware=args.hardware)
         board = client.get("/v1/leaderboard", hardware=args.hardware, per_group=3)
-        export = export_winners(client, args.hardware, Path(args.out)) if args.export else None
+        export = export_winners(client, args.hardware, plan["deployment"]["spec"], Path(args.out)) if args.export else None
         fingerprints = {
             (w.get("evidence") or {}).get("fingerprint", {}).get("id"): (w.get("evidence") or {}).get("fingerprint")
             for w in winners if w.get("evidence")}

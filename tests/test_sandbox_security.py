@@ -232,3 +232,26 @@ def build(config, shape):
 '''
     r = run_source(source, tmp_path)
     assert r.verdict == Verdict.passed, (r.verdict, r.reason_code, r.reason)
+
+
+def test_toolchain_through_posix_spawn_is_allowed_and_other_programs_are_not(tmp_path: Path) -> None:
+    """Triton runs ptxas with close_fds=False, so subprocess uses os.posix_spawn (its own audit event):
+    the toolchain must pass through it (seen refused on the H200), any other program must not."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.fail("gcc is not installed (Triton needs it on GPU hosts; Debian's build-essential)")
+    honest = f'''
+import subprocess, torch
+
+def build(config, shape):
+    subprocess.run([{gcc!r}, "--version"], check=True, close_fds=False, stdout=subprocess.DEVNULL)
+    def run(x, w, out):
+        out.copy_(x.float().matmul(w.float().t()).to(out.dtype))
+    return run
+'''
+    r = run_source(honest, tmp_path)
+    assert r.verdict == Verdict.passed, (r.verdict, r.reason_code, r.reason)
+    hostile = honest.replace(repr(gcc), repr(shutil.which("sh") or "/bin/sh")).replace('"--version"', '"-c", "true"')
+    r = run_source(hostile, tmp_path)
+    assert (r.verdict, r.reason_code) == (Verdict.rejected, "forbidden_subprocess"), (r.verdict, r.reason)
+    assert "posix_spawn" in r.reason or "Popen" in r.reason

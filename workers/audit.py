@@ -143,6 +143,10 @@ def install(private_dirs: tuple[str, ...]) -> Callable[[], list[dict[str, str]]]
                 check_path(event, args[i], _resolve(args[i], dir_fd), write=True)
         elif event in _NETWORK:
             refuse(_NETWORK[event], event, repr(args[1:2]))
+        elif event == "os.posix_spawn" and tool_allowed(args):
+            # subprocess.Popen runs the toolchain through posix_spawn when close_fds=False (Triton's
+            # ptxas call, seen refused on the H200): the same allow-list as the Popen event
+            pass
         elif event in _PROCESS:
             refuse(_PROCESS[event], event, repr(args[:2]))
         elif event in _INTROSPECTION:
