@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +21,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
 
 from db.models import ApiToken, Job, utcnow
 from db.queries import tokens as q
@@ -92,43 +95,112 @@ def _unauthorized(detail: str) -> HeaderError:
     return HeaderError(401, "unauthorized", detail, {"WWW-Authenticate": 'Bearer realm="kerneltune"'})
 
 
-def authenticate(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal:
+class PrincipalCache:
+    """Live tokens this process verified lately, by the sha256 of the secret (never the secret), each
+    for ``ttl`` seconds: a cached request skips the database and the worker thread entirely.
+
+    Only successes are cached: an unknown or revoked secret is looked up every time. A revoke (or a
+    rotation) through this process clears the cache at once, so it answers 401 from the next request
+    on; another API process (uvicorn --workers N, a second replica) refuses the old secret within
+    ``ttl`` seconds. ``ttl`` 0 turns the cache off (every request reads the token row)."""
+
+    MAX_ENTRIES = 10_000
+
+    def __init__(self, ttl: float):
+        self.ttl = ttl
+        self._entries: dict[str, tuple[float, Principal]] = {}
+        self._lock = threading.Lock()
+        self._generation = 0  # bumped by clear(): a lookup that began before a revoke is not cached
+
+    def get(self, digest: str) -> Principal | None:
+        hit = self._entries.get(digest)
+        if hit is None:
+            return None
+        if hit[0] <= time.monotonic():
+            self._entries.pop(digest, None)
+            return None
+        return hit[1]
+
+    def generation(self) -> int:
+        return self._generation
+
+    def put(self, digest: str, principal: Principal, generation: int) -> None:
+        if self.ttl <= 0:
+            return
+        with self._lock:
+            if generation != self._generation:
+                return
+            if len(self._entries) >= self.MAX_ENTRIES:
+                self._entries.clear()
+            self._entries[digest] = (time.monotonic() + self.ttl, principal)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._generation += 1
+            self._entries.clear()
+
+
+def principal_cache(app: FastAPI) -> PrincipalCache:
+    cache = getattr(app.state, "principal_cache", None)
+    if cache is None:
+        cache = app.state.principal_cache = PrincipalCache(getattr(app.state.settings, "auth_cache_seconds", 0.0))
+    return cache
+
+
+def forget_tokens(app: FastAPI) -> None:
+    """Call after revoking or rotating a token (or changing its scopes or quotas)."""
+    principal_cache(app).clear()
+
+
+def _lookup(factory: sessionmaker[Session], digest: str) -> Principal | None:
+    with factory() as session:
+        token = q.get_by_hash(session, digest)
+        if token is None:
+            return None
+        now = utcnow()
+        if token.last_used_at is None or now - token.last_used_at > _TOUCH_EVERY:
+            q.touch(session, token.id, now)
+        return Principal(id=token.id, name=token.name, scopes=frozenset(token.scopes),
+                         gpu_seconds_per_day=token.gpu_seconds_per_day,
+                         max_concurrent_jobs=token.max_concurrent_jobs)
+
+
+async def authenticate(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal:
     cached = getattr(request.state, "principal", None)
     if cached is not None:
         return cached
     if credentials is None or not credentials.credentials:
         raise _unauthorized("this endpoint needs an API token: send 'Authorization: Bearer <token>' "
                             "(kerneltune tokens create; the embedded service writes one to <data_dir>/admin-token)")
-    factory: sessionmaker[Session] = request.app.state.session_factory
-    with factory() as session:
-        token = q.get_by_secret(session, credentials.credentials)
-        if token is None:
+    digest = q.hash_secret(credentials.credentials)
+    cache = principal_cache(request.app)
+    principal = cache.get(digest)
+    if principal is None:
+        generation = cache.generation()
+        principal = await run_in_threadpool(_lookup, request.app.state.session_factory, digest)
+        if principal is None:
             raise _unauthorized("unknown or revoked API token")
-        now = utcnow()
-        if token.last_used_at is None or now - token.last_used_at > _TOUCH_EVERY:
-            q.touch(session, token.id, now)
-        principal = Principal(id=token.id, name=token.name, scopes=frozenset(token.scopes),
-                              gpu_seconds_per_day=token.gpu_seconds_per_day,
-                              max_concurrent_jobs=token.max_concurrent_jobs)
+        cache.put(digest, principal, generation)
     request.state.principal = principal
     return principal
 
 
-def enforce_policy(request: Request,
-                   credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
-    """App-wide dependency: authenticate and check the scope the route needs (see required_scope)."""
+async def enforce_policy(request: Request,
+                         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+    """App-wide dependency: authenticate and check the scope the route needs (see required_scope).
+    Async: a cached token costs no worker thread; a lookup runs in one (service/deps.py)."""
     scope = required_scope(request.method, request.url.path)
     if scope is None:
         return
-    principal = authenticate(request, credentials)
+    principal = await authenticate(request, credentials)
     if scope and not principal.has(scope):
         raise ApiError(403, "forbidden", f"token {principal.name!r} lacks the {scope!r} scope needed for "
                                          f"{request.method} {request.url.path} (it has: {', '.join(sorted(principal.scopes))})")
 
 
-def current_principal(request: Request,
-                      credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Principal:
-    return authenticate(request, credentials)
+async def current_principal(request: Request,
+                            credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Principal:
+    return await authenticate(request, credentials)
 
 
 PrincipalDep = Annotated[Principal, Depends(current_principal)]

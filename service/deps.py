@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Annotated
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from service.settings import Settings
 
@@ -14,15 +15,35 @@ EnqueueFn = Callable[[list[str], str], object]
 PingFn = Callable[[], object]
 
 
-def get_session(request: Request) -> Iterator[Session]:
+T = TypeVar("T")
+
+
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """The request's session. Async, so it costs no worker thread of its own: making a Session does no
+    I/O, and closing one that holds no transaction (never used, committed, or closed by run_db)
+    does none either; one that still holds a connection is closed in a worker thread."""
     session = request.app.state.session_factory()
     try:
         yield session
     finally:
-        session.close()
+        if session.in_transaction():
+            await run_in_threadpool(session.close)
+        else:
+            session.close()
 
 
-def get_settings(request: Request) -> Settings:
+async def run_db(session: Session, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(session, *args)`` in one worker thread, then the session closed in the same thread: one
+    thread hop for a whole handler's database work (async handlers of hot routes use this)."""
+    def work() -> T:
+        try:
+            return fn(session, *args)
+        finally:
+            session.close()
+    return await run_in_threadpool(work)
+
+
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 

@@ -33,6 +33,9 @@ def _from_env(values: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
         raw = env.get(f"KT_{name.upper()}")
         if name not in out and raw:
             out[name] = int(raw)
+    raw = env.get("KT_AUTH_CACHE_SECONDS")
+    if "auth_cache_seconds" not in out and raw:
+        out["auth_cache_seconds"] = float(raw)
     raw = env.get("KT_MIGRATE_ON_STARTUP")
     if "migrate_on_startup" not in out and raw:
         out["migrate_on_startup"] = raw.lower() not in ("0", "false", "no")
@@ -56,6 +59,10 @@ class Settings(BaseModel):
     running_lease_seconds: int = Field(default=30, ge=5)
     sweep_interval_s: int = Field(default=10, ge=1)
     migrate_on_startup: bool = True
+    # How long the API trusts a token it verified without reading its row again (service/auth.py,
+    # PrincipalCache). A revoke through the same API process applies at once; other API processes
+    # refuse the revoked secret within this many seconds. 0: read the row on every request.
+    auth_cache_seconds: float = Field(default=5.0, ge=0, le=60)
 
     @model_validator(mode="before")
     @classmethod

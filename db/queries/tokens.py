@@ -50,7 +50,12 @@ def get_by_name(session: Session, name: str) -> ApiToken | None:
 
 def get_by_secret(session: Session, secret: str) -> ApiToken | None:
     """The live (not revoked) token with this secret, or None."""
-    return session.scalars(select(ApiToken).where(ApiToken.secret_hash == hash_secret(secret),
+    return get_by_hash(session, hash_secret(secret))
+
+
+def get_by_hash(session: Session, digest: str) -> ApiToken | None:
+    """The live (not revoked) token whose secret hashes to ``digest`` (hash_secret), or None."""
+    return session.scalars(select(ApiToken).where(ApiToken.secret_hash == digest,
                                                   ApiToken.revoked_at.is_(None))).one_or_none()
 
 

@@ -17,7 +17,7 @@ from kernels.specs import SpecError
 from kernels.slots.base import Shape
 from search.space import ConfigSpace, SpaceError
 from service.auth import Principal, PrincipalDep, check_quota
-from service.deps import SessionDep, SettingsDep, resolve_enqueue
+from service.deps import SessionDep, SettingsDep, resolve_enqueue, run_db
 from service.errors import ERROR_RESPONSES, ApiError, invalid, not_found
 from service.schemas import CancelOut, JobCreate, JobCreated, JobOut, Progress, RunDetail, RunOut
 
@@ -175,10 +175,15 @@ def list_jobs(session: SessionDep, principal: PrincipalDep, variant_id: int | No
     return [job_out(j, progress[j.id]) for j in jobs]
 
 
-@router.get("/v1/jobs/{job_id}", response_model=JobOut)
-def get_job(job_id: int, session: SessionDep, principal: PrincipalDep) -> JobOut:
+def _get_job(session: SessionDep, job_id: int, principal: Principal) -> JobOut:
     job = _visible_job(session, job_id, principal)
     return job_out(job, q.job_progress(session, [job_id])[job_id])
+
+
+@router.get("/v1/jobs/{job_id}", response_model=JobOut)
+async def get_job(job_id: int, session: SessionDep, principal: PrincipalDep) -> JobOut:
+    # Status polling is the hottest read: one worker-thread hop for all of it (service/deps.py run_db).
+    return await run_db(session, _get_job, job_id, principal)
 
 
 @router.post("/v1/jobs/{job_id}/cancel", response_model=CancelOut)

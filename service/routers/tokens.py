@@ -5,13 +5,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from sqlalchemy.exc import IntegrityError
 
 from db.models import ApiToken
 from db.queries import tokens as q
-from service.auth import PrincipalDep
+from service.auth import PrincipalDep, forget_tokens
 from service.deps import SessionDep
 from service.errors import ERROR_RESPONSES, ApiError, not_found
 
@@ -82,9 +82,10 @@ def whoami(principal: PrincipalDep, session: SessionDep) -> TokenUsage:
 
 
 @router.post("/{name}/revoke", response_model=TokenOut)
-def revoke_token(name: str, session: SessionDep) -> TokenOut:
+def revoke_token(name: str, request: Request, session: SessionDep) -> TokenOut:
     token = q.get_by_name(session, name)
     if token is None:
         raise not_found("token", repr(name))
     q.revoke(session, token)
+    forget_tokens(request.app)  # after the commit: this process refuses the secret from the next request on
     return token_out(token)

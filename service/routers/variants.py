@@ -11,7 +11,7 @@ from kernels.catalogue import get_slot
 from kernels.deployment import Deployment
 from kernels.variant_meta import declared_literals
 from search.space import ConfigSpace, SpaceError
-from service.deps import SessionDep, SettingsDep
+from service.deps import SessionDep, SettingsDep, run_db
 from service.errors import ERROR_RESPONSES, ApiError, invalid, not_found
 from service.schemas import VariantCreate, VariantCreated, VariantDetail, VariantSummary
 
@@ -63,8 +63,14 @@ def _declares_library(body: VariantCreate) -> bool:
 @router.post("", response_model=VariantCreated, status_code=201,
              responses={413: {"description": "source too large"}, 200: {"model": VariantCreated,
                                                                        "description": "already known"}})
-def create_variant(body: VariantCreate, session: SessionDep, settings: SettingsDep,
-                   response: Response) -> VariantCreated:
+async def create_variant(body: VariantCreate, session: SessionDep, settings: SettingsDep,
+                         response: Response) -> VariantCreated:
+    # One worker-thread hop for the parse, the checks and the database work (service/deps.py run_db).
+    return await run_db(session, _create_variant, body, settings, response)
+
+
+def _create_variant(session: SessionDep, body: VariantCreate, settings: SettingsDep,
+                    response: Response) -> VariantCreated:
     _check_source(body.source, settings.max_source_bytes)
     space, n_points = _check_space(body.slot, body.config_space, settings.max_config_points)
     prov = body.provenance
