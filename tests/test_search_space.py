@@ -143,3 +143,20 @@ def test_property_points_equal_brute_force_filter_over_random_spaces() -> None:
         assert space.count(shape) == len(brute)
         assert all(space.is_valid(p, shape) for p in points)
         assert len({space.canonical(p) for p in points}) == len(points)
+
+
+def test_every_shipped_variant_space_fits_the_service_limit() -> None:
+    """A shipped variant the API refuses to take is a broken product (seen on the H200: the MoE
+    variant's space was 139,968 raw points against the 100,000 cap)."""
+    from pathlib import Path
+
+    from kernels.variant_meta import declared_space
+    from service.settings import Settings
+
+    cap = Settings.model_fields["max_config_points"].default
+    shipped = sorted((Path(__file__).resolve().parents[1] / "kernels" / "variants").glob("*/*.py"))
+    assert shipped
+    for path in shipped:
+        space = declared_space(path.read_text())
+        if space:
+            ConfigSpace.parse(space, max_size=cap)  # raises SpaceError over the cap

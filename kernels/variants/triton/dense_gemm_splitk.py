@@ -46,11 +46,14 @@ DEFAULT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 4, "num_warp
 
 def claims(config: dict, shape: dict) -> dict:
     """What the sm_90a PTX shows for this config: Triton lowers tl.dot to Hopper wgmma when a warp
-    group (4 warps) owns a 64-row tile, else to mma.sync; the pipelined K loop uses cp.async."""
+    group (4 warps) owns a 64-row tile, else to mma.sync; a K loop of two or more steps is pipelined
+    with cp.async (one step, e.g. o_proj's K=1024 split 4 ways at BLOCK_K=256, has nothing to overlap:
+    seen on the H200)."""
     c = {**DEFAULT, **config}
     wgmma = int(c["BLOCK_M"]) >= 64 and int(c["num_warps"]) % 4 == 0
     out = ["wgmma.mma_async" if wgmma else "mma.sync.aligned"]
-    if int(c["num_stages"]) > 1:
+    steps = -(-int(shape["K"]) // (int(c["SPLIT_K"]) * int(c["BLOCK_K"]))) if "K" in shape else 2
+    if int(c["num_stages"]) > 1 and steps > 1:
         out.append("cp.async")
     return {"ptx_contains": out}
 
