@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, or_, select, update
+from sqlalchemy import Connection, Row, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from db.models import Job, Run, Variant, utcnow
@@ -105,12 +105,38 @@ def job_progress(session: Session, job_ids: list[int]) -> dict[int, Progress]:
     q = (select(Run.job_id, Run.status, Run.verdict, func.count())
          .where(Run.job_id.in_(job_ids)).group_by(Run.job_id, Run.status, Run.verdict))
     for job_id, status, verdict, n in session.execute(q):
-        p = out[job_id]
-        p.total += n
-        setattr(p, status, getattr(p, status) + n)
-        if status == "done" and verdict:
-            p.by_verdict[verdict] = p.by_verdict.get(verdict, 0) + n
+        _count(out[job_id], status, verdict, n)
     return out
+
+
+def _count(p: Progress, status: str, verdict: str | None, n: int) -> None:
+    p.total += n
+    setattr(p, status, getattr(p, status) + n)
+    if status == "done" and verdict:
+        p.by_verdict[verdict] = p.by_verdict.get(verdict, 0) + n
+
+
+_JOBS, _RUNS = Job.__table__, Run.__table__
+# The job's row and its runs' counts by (status, verdict) in one statement: a job without runs
+# gives one row with a NULL status. GROUP BY the primary key lets the job's columns through.
+_JOB_WITH_PROGRESS = (
+    select(_JOBS, _RUNS.c.status.label("run_status"), _RUNS.c.verdict.label("run_verdict"),
+           func.count(_RUNS.c.id).label("run_count"))
+    .select_from(_JOBS.outerjoin(_RUNS, _RUNS.c.job_id == _JOBS.c.id))
+    .group_by(_JOBS.c.id, _RUNS.c.status, _RUNS.c.verdict))
+
+
+def job_with_progress(conn: Connection, job_id: int) -> tuple[Row[Any], Progress] | None:
+    """The job's row (attributes named as Job's) and its progress, in one round trip on a plain
+    Connection (no ORM session: the status-polling path). None if there is no such job."""
+    rows = conn.execute(_JOB_WITH_PROGRESS.where(_JOBS.c.id == job_id)).all()
+    if not rows:
+        return None
+    progress = Progress()
+    for row in rows:
+        if row.run_status is not None:
+            _count(progress, row.run_status, row.run_verdict, row.run_count)
+    return rows[0], progress
 
 
 def cancel_job(session: Session, job_id: int) -> int:

@@ -6,6 +6,8 @@ import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
+from sqlalchemy import Engine, Row
 from sqlalchemy.exc import IntegrityError
 
 from db.models import VERDICTS, Job
@@ -17,7 +19,7 @@ from kernels.specs import SpecError
 from kernels.slots.base import Shape
 from search.space import ConfigSpace, SpaceError
 from service.auth import Principal, PrincipalDep, check_quota
-from service.deps import SessionDep, SettingsDep, resolve_enqueue, run_db
+from service.deps import SessionDep, SettingsDep, resolve_enqueue
 from service.errors import ERROR_RESPONSES, ApiError, invalid, not_found
 from service.schemas import CancelOut, JobCreate, JobCreated, JobOut, Progress, RunDetail, RunOut
 
@@ -25,7 +27,7 @@ log = logging.getLogger("kerneltune.service")
 router = APIRouter(tags=["jobs"], responses=ERROR_RESPONSES)
 
 
-def job_out(job: Job, progress: q.Progress) -> JobOut:
+def job_out(job: Job | Row[Any], progress: q.Progress) -> JobOut:
     return JobOut(id=job.id, variant_id=job.variant_id, kind=job.kind, model_name=job.model_name,
                   hardware=job.hardware, queue=job.queue, deployment=job.deployment, configs=job.configs,
                   shapes=job.shape_filter, state=q.derive_state(job, progress),
@@ -175,15 +177,19 @@ def list_jobs(session: SessionDep, principal: PrincipalDep, variant_id: int | No
     return [job_out(j, progress[j.id]) for j in jobs]
 
 
-def _get_job(session: SessionDep, job_id: int, principal: Principal) -> JobOut:
-    job = _visible_job(session, job_id, principal)
-    return job_out(job, q.job_progress(session, [job_id])[job_id])
+def _get_job(engine: Engine, job_id: int, principal: Principal) -> JobOut:
+    with engine.connect() as conn:
+        found = q.job_with_progress(conn, job_id)
+    if found is None or not principal.can_see(found[0]):  # type: ignore[arg-type]
+        raise not_found("job", job_id)
+    return job_out(*found)
 
 
 @router.get("/v1/jobs/{job_id}", response_model=JobOut)
-async def get_job(job_id: int, session: SessionDep, principal: PrincipalDep) -> JobOut:
-    # Status polling is the hottest read: one worker-thread hop for all of it (service/deps.py run_db).
-    return await run_db(session, _get_job, job_id, principal)
+async def get_job(job_id: int, request: Request, principal: PrincipalDep) -> JobOut:
+    # Status polling is the hottest read: one statement on a plain connection (no ORM session), in
+    # one worker-thread hop.
+    return await run_in_threadpool(_get_job, request.app.state.engine, job_id, principal)
 
 
 @router.post("/v1/jobs/{job_id}/cancel", response_model=CancelOut)
