@@ -85,6 +85,9 @@ def create_app(settings: Settings | None = None, *, enqueue_runs: EnqueueFn | No
                   description="Kernel variants for the decode path of MoE LLMs: submit, evaluate, rank, export.")
     app.state.settings = settings
     app.state.engine = engine
+    # The same pool, each statement its own transaction: hot single-statement paths (GET /v1/jobs/{id},
+    # POST /v1/variants) skip the BEGIN and ROLLBACK/COMMIT round trips.
+    app.state.autocommit_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
     app.state.session_factory = make_session_factory(engine)
     app.state.enqueue_runs = enqueue_runs
     app.state.broker_ping = broker_ping

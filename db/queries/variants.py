@@ -5,11 +5,12 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from db.models import Variant
+from db.queries.common import dialect_insert
 
 
 def content_hash(slot: str, language: str, source: str) -> str:
@@ -53,6 +54,33 @@ def get_or_create_variant(session: Session, *, slot: str, language: str, source:
             raise
         return existing, False
     return variant, True
+
+
+_VARIANTS = Variant.__table__
+
+
+def put_variant(conn: Connection, *, slot: str, language: str, source: str, config_space: dict[str, Any],
+                constraints: list[str], n_points: int, author: str, agent: str | None = None,
+                parent_id: int | None = None, notes: str = "", declares_library: bool = False) -> tuple[int, str, bool]:
+    """get_or_create_variant for the API's submission path, on a plain Connection in autocommit mode:
+    INSERT .. ON CONFLICT (content_hash) DO NOTHING RETURNING id, so a new variant costs one statement
+    (committed by itself); a known one (or the winner of an identical concurrent submission) is then
+    read back. Returns (id, content hash, created); as there, the first submission's fields stay."""
+    digest = content_hash(slot, language, source)
+    insert = dialect_insert(conn)
+    new_id = conn.execute(
+        insert(_VARIANTS).values(content_hash=digest, slot=slot, language=language, source=source,
+                                 config_space=config_space, constraints=constraints, n_points=n_points,
+                                 declares_library=declares_library, author=author, agent=agent,
+                                 parent_id=parent_id, notes=notes)
+        .on_conflict_do_nothing(index_elements=["content_hash"]).returning(_VARIANTS.c.id)).scalar()
+    if new_id is not None:
+        return int(new_id), digest, True
+    return int(conn.execute(select(_VARIANTS.c.id).where(_VARIANTS.c.content_hash == digest)).scalar_one()), digest, False
+
+
+def variant_exists(conn: Connection, variant_id: int) -> bool:
+    return conn.execute(select(_VARIANTS.c.id).where(_VARIANTS.c.id == variant_id)).first() is not None
 
 
 def list_variants(session: Session, *, slot: str | None = None, author: str | None = None,

@@ -187,9 +187,9 @@ def _get_job(engine: Engine, job_id: int, principal: Principal) -> JobOut:
 
 @router.get("/v1/jobs/{job_id}", response_model=JobOut)
 async def get_job(job_id: int, request: Request, principal: PrincipalDep) -> JobOut:
-    # Status polling is the hottest read: one statement on a plain connection (no ORM session), in
-    # one worker-thread hop.
-    return await run_in_threadpool(_get_job, request.app.state.engine, job_id, principal)
+    # Status polling is the hottest read: one statement on a plain autocommit connection (no ORM
+    # session, no BEGIN/ROLLBACK round trips), in one worker-thread hop.
+    return await run_in_threadpool(_get_job, request.app.state.autocommit_engine, job_id, principal)
 
 
 @router.post("/v1/jobs/{job_id}/cancel", response_model=CancelOut)
