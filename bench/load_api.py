@@ -378,7 +378,8 @@ def render_md(doc: dict[str, Any]) -> str:
         lines.append("")
     for dq in doc.get("drain_queue", []):
         lines += ["## Queue drain (bench/drain_queue.py)", "", f"- command: `{dq['command']}`",
-                  f"- started: {dq['started']}", f"- commit: `{dq['commit']}`", f"- machine: {dq['machine']}", ""]
+                  f"- started: {dq['started']}", f"- commit: `{dq['commit']}`", f"- machine: {dq['machine']}",
+                  *([f"- load average at end: {dq['loadavg_at_end']}"] if dq.get("loadavg_at_end") else []), ""]
         lines += [f"- {k}: {v}" for k, v in dq["summary"].items()]
         lines.append("")
     return "\n".join(lines)
