@@ -190,3 +190,32 @@ def test_first_start_writes_the_admin_token_file(tmp_path: Path, monkeypatch: py
     with factory() as s:
         assert get_by_secret(s, secret) is None
     engine.dispose()
+
+
+def test_token_cache_window(db_url: str, tmp_path: Path) -> None:
+    """Verified tokens are cached per secret hash for auth_cache_seconds: a revoke through this API
+    process applies at once (test_tokens_are_stored_hashed_and_shown_once); one made elsewhere (another
+    API process, straight in the database) applies within the window; 0 turns the cache off."""
+    import time
+
+    from sqlalchemy import update
+
+    from service.app import create_app
+    from service.settings import Settings
+    from tests.conftest import token_in_db
+
+    for ttl in (0.5, 0.0):
+        settings = Settings(database_url=db_url, broker_url="memory://", data_dir=tmp_path, auth_cache_seconds=ttl)
+        app = create_app(settings, enqueue_runs=lambda ids, queue: None, broker_ping=lambda: None)
+        with TestClient(app) as c:
+            secret = token_in_db(app.state.session_factory, f"elsewhere{int(ttl * 10)}", ["read"])
+            assert c.get("/v1/jobs", headers=bearer(secret)).status_code == 200
+            with app.state.session_factory() as s:  # revoked by someone else: this process is not told
+                s.execute(update(ApiToken).where(ApiToken.secret_hash == hashlib.sha256(secret.encode()).hexdigest())
+                          .values(revoked_at=utcnow()))
+                s.commit()
+            if ttl:
+                assert c.get("/v1/jobs", headers=bearer(secret)).status_code == 200  # inside the window
+                time.sleep(ttl + 0.1)
+            assert c.get("/v1/jobs", headers=bearer(secret)).status_code == 401
+        app.state.engine.dispose()
