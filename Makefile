@@ -17,5 +17,11 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/kerneltune demo
 
+# The tests run in KT_TEST_JOBS processes (pytest-xdist; each file stays in one process, so module and
+# session fixtures are built once), then the tests marked `alone` by themselves: they stop servers
+# the others use. Both parts always run; the target fails if either does.
+KT_TEST_JOBS ?= 2
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n $(KT_TEST_JOBS) --dist loadfile -m "not alone"; rc=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider -m alone || rc=1; \
+	exit $$rc

@@ -169,3 +169,16 @@ def run_result() -> Callable[..., dict[str, Any]]:
             "uses_library": uses_library, "child_wall_s": wall_s,
         }
     return make
+
+
+# --- order --------------------------------------------------------------------------------------
+
+# The longest files first: `make test` spreads files over processes (pytest-xdist --dist loadfile) in
+# collection order, and a long file handed out last would run alone at the end. Within a file the
+# order is unchanged (stable sort).
+LONG_FILES = ("test_faults.py", "test_export.py", "test_fuzz_api.py", "test_e2e_service.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))
