@@ -62,10 +62,11 @@ def make_engine(url: str | None = None, **kwargs: Any) -> Engine:
     kwargs.setdefault("pool_pre_ping", True)  # a restarted PostgreSQL must not poison the pool
     # SQLAlchemy's default keeps 5 idle connections and closes any extra one on check-in: an API
     # serving more than 5 requests at once then opens and closes a PostgreSQL connection (a backend
-    # fork, ~5 ms) per request. Keep up to 20; at most 40 at once (the API's worker threads).
+    # fork, ~5 ms) per request. Keep up to 10 idle, at most 20 at once (the API has two such pools
+    # per process, see service/app.py: mind PostgreSQL's max_connections with several processes).
     if "poolclass" not in kwargs and "pool" not in kwargs:  # callers may pick NullPool & co.
-        kwargs.setdefault("pool_size", int(os.environ.get("KT_DB_POOL_SIZE") or 20))
-        kwargs.setdefault("max_overflow", 20)
+        kwargs.setdefault("pool_size", int(os.environ.get("KT_DB_POOL_SIZE") or 10))
+        kwargs.setdefault("max_overflow", 10)
     return create_engine(url, **kwargs)
 
 

@@ -65,6 +65,14 @@ def create_app(settings: Settings | None = None, *, enqueue_runs: EnqueueFn | No
     if os.environ.get("KT_LOG_FORMAT", "json") == "json":  # KT_LOG_FORMAT=plain keeps logging as it is
         configure_json_logging(os.environ.get("KT_LOG_LEVEL", "INFO").upper())
     engine = make_engine(settings.database_url)
+    # Each statement its own transaction: the hot single-statement paths (GET /v1/jobs/{id}, POST
+    # /v1/variants) skip the BEGIN and ROLLBACK/COMMIT round trips. On PostgreSQL a pool of its own
+    # whose connections are made in autocommit mode (nothing is switched per checkout, so a
+    # connection that died under a server restart fails in the pool's ping and answers 503).
+    if engine.dialect.name == "sqlite":
+        autocommit_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+    else:
+        autocommit_engine = make_engine(settings.database_url, isolation_level="AUTOCOMMIT")
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -79,15 +87,15 @@ def create_app(settings: Settings | None = None, *, enqueue_runs: EnqueueFn | No
         if sweeper is not None:
             sweeper.cancel()
         engine.dispose()
+        if engine.dialect.name != "sqlite":  # there it is a view of the same pool
+            autocommit_engine.dispose()
 
     # enforce_policy covers every route, including routers added later: see service/auth.py.
     app = FastAPI(title="kerneltune", version="0.1.0", lifespan=lifespan, dependencies=[Depends(enforce_policy)],
                   description="Kernel variants for the decode path of MoE LLMs: submit, evaluate, rank, export.")
     app.state.settings = settings
     app.state.engine = engine
-    # The same pool, each statement its own transaction: hot single-statement paths (GET /v1/jobs/{id},
-    # POST /v1/variants) skip the BEGIN and ROLLBACK/COMMIT round trips.
-    app.state.autocommit_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+    app.state.autocommit_engine = autocommit_engine
     app.state.session_factory = make_session_factory(engine)
     app.state.enqueue_runs = enqueue_runs
     app.state.broker_ping = broker_ping

@@ -115,6 +115,19 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _db_gone(_: Request, exc: InterfaceError) -> JSONResponse:  # a connection closed under us
         return _db_error(exc)
 
+    try:  # the driver's own errors, where one escapes SQLAlchemy's wrapping (connection setup paths)
+        import psycopg
+    except ImportError:
+        pass
+    else:
+        @app.exception_handler(psycopg.OperationalError)
+        @app.exception_handler(psycopg.InterfaceError)
+        async def _driver_down(_: Request, exc: Exception) -> JSONResponse:
+            log.warning("database error (driver): %s", exc)
+            resp = _body(503, "database_unavailable", "database unavailable: the request did not complete; retry shortly")
+            resp.headers["Retry-After"] = "5"
+            return resp
+
     @app.exception_handler(PoolTimeoutError)
     async def _pool(_: Request, exc: PoolTimeoutError) -> JSONResponse:
         log.warning("database pool exhausted: %s", exc)
