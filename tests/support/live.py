@@ -90,6 +90,7 @@ class LiveService:
     worker_procs: dict[int, subprocess.Popen] = field(default_factory=dict)  # pid -> live worker
     _next_worker: int = 0
     _drop: Callable[[], None] | None = None
+    _engine: sa.Engine | None = None
 
     def start(self) -> "LiveService":
         self.redis = RedisServer(self.root / "redis").start()
@@ -117,6 +118,9 @@ class LiveService:
             self.stack.stop()
         if self.redis:
             self.redis.stop()
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
         if self._drop:
             try:
                 self._drop()
@@ -127,11 +131,12 @@ class LiveService:
 
     @contextmanager
     def engine(self) -> Iterator[sa.Engine]:
-        eng = sa.create_engine(self.database_url, poolclass=sa.pool.NullPool)
-        try:
-            yield eng
-        finally:
-            eng.dispose()
+        """The test's own engine on the service's database, kept for the service's lifetime: the fault
+        tests poll the database many times a second, and a new connection each time costs the CPU
+        the workers under test need. pool_pre_ping replaces a connection a PostgreSQL restart broke."""
+        if self._engine is None:
+            self._engine = sa.create_engine(self.database_url, pool_size=2, pool_pre_ping=True)
+        yield self._engine
 
     def spawn_worker(self) -> subprocess.Popen:
         assert self.stack is not None
