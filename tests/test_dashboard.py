@@ -36,7 +36,7 @@ def _wait_done(client: Client, job_id: int, timeout_s: float = 420) -> dict[str,
         if job["state"] in ("done", "cancelled"):
             return job
         assert time.monotonic() < deadline, f"job {job_id} not done: {job['progress']}"
-        time.sleep(1)
+        time.sleep(0.25)
 
 
 @pytest.fixture(scope="module")
