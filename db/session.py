@@ -17,7 +17,9 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-SQLITE_BUSY_TIMEOUT_MS = 30_000
+# How long a writer waits for SQLite's lock before "database is locked" (the API answers 503
+# database_busy). KT_SQLITE_BUSY_TIMEOUT_MS overrides it; the fault tests shorten the wait.
+SQLITE_BUSY_TIMEOUT_MS = int(os.environ.get("KT_SQLITE_BUSY_TIMEOUT_MS") or 30_000)
 
 
 def data_dir() -> Path:
