@@ -91,6 +91,7 @@ def main() -> int:
         print(f"1-minute load average before starting: {wait_quiet(args.wait_quiet):.2f}", flush=True)
 
     mach = machine()
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")  # not when the figures are written
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"kt-drain-{os.getpid()}"
     space = {"n_chunks": [1], "tag": list(range(CONFIGS))}  # tag: distinct configs, ignored by the kernel
     landscape = synthetic_gemm_landscape(space, O_PROJ, MS, seed=7, command="bench/drain_queue.py").save(
@@ -223,7 +224,7 @@ def main() -> int:
     if not args.no_write:
         path = merge_results("drain_queue", {
             "command": "python bench/drain_queue.py " + " ".join(sys.argv[1:]), "commit": git_commit(),
-            "machine": mach, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": mach, "started": started,
             "loadavg_at_end": os.getloadavg(), "summary": summary})
         print(f"wrote {path} and {path.with_suffix('.md')}")
     if failure is not None:

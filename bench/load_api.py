@@ -420,6 +420,7 @@ def main() -> int:
     if args.wait_quiet:
         print(f"1-minute load average before starting: {wait_quiet(args.wait_quiet):.2f}", flush=True)
     mach = machine()
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")  # not when the figures are written
     impl = uvicorn_impl(args.http, args.loop)
     server = Server(api_workers=args.api_workers, uvicorn_args=impl.split()).start()
     try:
@@ -435,7 +436,7 @@ def main() -> int:
     if not args.no_write:
         path = merge_results("load_api", {
             "command": "python bench/load_api.py " + " ".join(sys.argv[1:]), "commit": git_commit(),
-            "machine": mach, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": mach, "started": started,
             "setup": f"uvicorn --workers {args.api_workers} {impl} on loopback, PostgreSQL 127.0.0.1:5432 (fresh "
                      f"database), filesystem broker; one asyncio load generator on the same host (raw HTTP/1.1 "
                      f"keep-alive, one connection per concurrent client)",
