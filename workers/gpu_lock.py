@@ -1,8 +1,8 @@
-"""One device, several evaluations at once: they may compile and check side by side, but the timed
-phase (and the one-off bandwidth measurement) has the device to itself.
+"""One device, several evaluations at once: they check side by side (compiling takes no lock at all),
+but the timed phase (and the one-off bandwidth measurement) has the device to itself.
 
 A readers-writer lock over two ``flock`` files in the worker's data directory (one pair per device):
-``shared()`` for compile and check, ``exclusive()`` for timing. A writer first takes the turnstile, so
+``shared()`` for the check, ``exclusive()`` for timing. A writer first takes the turnstile, so
 a stream of new readers cannot starve a run waiting to time. The files are opened in the child's
 trusted phase, before the sandbox seals, and kernel locks die with the process: a crashed or killed
 child never leaves the device locked.

@@ -145,10 +145,14 @@ def run_in_child(spec: RunSpec, env: ChildEnv) -> RunResult:
 
 def _stages(spec: RunSpec, env: ChildEnv, result: RunResult, slot: Slot, shape: Shape, device: torch.device,
             backend: Any, bandwidth: float, verify: Callable[[], None], lock: DeviceLock) -> None:
-    with lock.shared():  # compile and check beside other runs on this device
-        built = _compile_and_check(spec, env, result, slot, shape, device, backend, verify)
-    if built is None:
+    # Compile holds no lock: it is host work (seconds for CuTe DSL) and would hold up every timed
+    # phase waiting behind it. The check launches kernels, so it runs beside other checks only.
+    compiled = _compile(spec, env, result, shape, device, backend, verify)
+    if compiled is None:
         return
+    module, built, filename = compiled
+    with lock.shared():
+        _check(spec, result, slot, shape, device, verify, module, built, filename)
     with lock.exclusive():  # the timed phase has the device to itself
         bench, timed = run_bench(BenchContext(slot, shape, spec.m, device, built.fn, spec.bench,
                                               derive_seed(spec.seed, "bench"), bandwidth, verify))
@@ -158,9 +162,9 @@ def _stages(spec: RunSpec, env: ChildEnv, result: RunResult, slot: Slot, shape: 
     _end(result, Verdict.passed, "ok", "compiled, checked and benchmarked")
 
 
-def _compile_and_check(spec: RunSpec, env: ChildEnv, result: RunResult, slot: Slot, shape: Shape,
-                       device: torch.device, backend: Any, verify: Callable[[], None]) -> Any:
-    """The built kernel when it compiled and passed its check; None when a verdict is already set."""
+def _compile(spec: RunSpec, env: ChildEnv, result: RunResult, shape: Shape, device: torch.device,
+             backend: Any, verify: Callable[[], None]) -> tuple[Any, Any, str] | None:
+    """(module, built kernel, source file name) when it compiled; None when a verdict is already set."""
     # 3. compile
     filename = f"{env.workdir}/variant_{spec.source_hash[:12]}.py"
     t0 = time.perf_counter()
@@ -188,7 +192,12 @@ def _compile_and_check(spec: RunSpec, env: ChildEnv, result: RunResult, slot: Sl
     verify()
     result.compile = CompileStage(ok=True, seconds=time.perf_counter() - t0, cache_hit=built.cache_hit,
                                   log=built.log[-8000:], backend=backend.version())
+    return module, built, filename
 
+
+def _check(spec: RunSpec, result: RunResult, slot: Slot, shape: Shape, device: torch.device,
+           verify: Callable[[], None], module: Any, built: Any, filename: str) -> None:
+    """Raises Failure when the kernel is wrong (or calls an undeclared library); returns when it passed."""
     # 4. check
     declared = spec.declares_library or bool(getattr(module, "USES_LIBRARY", False))
     library_is_language = spec.language == "torch"
@@ -206,7 +215,6 @@ def _compile_and_check(spec: RunSpec, env: ChildEnv, result: RunResult, slot: Sl
         raise Failure(Verdict.rejected, "undeclared_library_call",
                       f"a {spec.language} variant called library GEMMs ({', '.join(check.library_ops)}) "
                       "without declaring USES_LIBRARY")
-    return built
 
 
 def _end(result: RunResult, verdict: Verdict, code: str, reason: str) -> RunResult:
