@@ -229,11 +229,12 @@ def main():
         print(f"M={m:3d}  stock {r['stock']['median_us']:8.1f} us ({ks:3d} k)  tuned {r['tuned']['median_us']:8.1f} us "
               f"({kt:3d} k)  x{r['speedup']:.2f}  relL2 {rel:.2e}  topk-match {same:.3f}", flush=True)
     p = torch.cuda.get_device_properties(0)
+    commit = os.environ.get("KT_COMMIT", "")  # the device copy's .git can lag the tree that travelled
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                                cwd=pathlib.Path(__file__).resolve().parents[1]).stdout.strip()
+        commit = commit or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                                          cwd=pathlib.Path(__file__).resolve().parents[1]).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        commit = os.environ.get("KT_COMMIT", "unknown")
+        commit = "unknown"
     result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "commit": commit,
               "command": " ".join(sys.argv),
               "device": {"name": p.name, "sm": f"{p.major}.{p.minor}", "sms": p.multi_processor_count,

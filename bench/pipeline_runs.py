@@ -138,13 +138,17 @@ def main() -> None:
             rows.append(row_of(vpath, shape_name, spec, res))
             rows.sort(key=lambda r: (r["variant"], r["shape"], r["M"], json.dumps(r["config"], sort_keys=True)))
             write_results(out_dir, header_for(args, dep, fingerprint, t_start), rows, args.what, args.hardware)
+            if args.landscape:  # also rewritten per run: a step cut by its time limit keeps what it measured
+                write_landscape(out_dir, header_for(args, dep, fingerprint, t_start), rows, args, space_override,
+                                complete=False)
             b = res.bench
             sp = f"{b.speedup:.2f}x [{b.speedup_ci_lo:.2f},{b.speedup_ci_hi:.2f}] {100*b.frac_of_floor:.0f}%floor" if b else ""
             print(f"{vpath.name:34s} {shape_name:12s} M={spec.m:3d} {json.dumps(spec.config, separators=(',', ':'))[:60]:60s} "
                   f"{res.verdict:14s} {res.reason_code:18s} {sp} wall={res.child_wall_s or 0:.1f}s", flush=True)
 
     if args.landscape:
-        write_landscape(out_dir, header_for(args, dep, fingerprint, t_start), rows, args, space_override)
+        write_landscape(out_dir, header_for(args, dep, fingerprint, t_start), rows, args, space_override,
+                        complete=True)
 
 
 def evaluate_one(spec: RunSpec, data_dir: Path) -> Any:
@@ -192,7 +196,7 @@ def write_results(out: Path, header: dict[str, Any], rows: list[dict[str, Any]],
 
 
 def write_landscape(out: Path, header: dict[str, Any], rows: list[dict[str, Any]], args: argparse.Namespace,
-                    space_override: dict[str, Any] | None) -> None:
+                    space_override: dict[str, Any] | None, complete: bool) -> None:
     """The rows as a search landscape (search/landscape.py): what the replay device answers from."""
     from search.landscape import Landscape, LandscapeMeta, LandscapeRecord
 
@@ -212,10 +216,13 @@ def write_landscape(out: Path, header: dict[str, Any], rows: list[dict[str, Any]
                          ms=sorted({r["M"] for r in rows}), hardware=header["fingerprint"], date=header["date"],
                          commit=header["commit"], command=header["command"], source="measured",
                          space=space_override or declared_space(vpath.read_text()) or {},
-                         notes=f"every valid point measured once by workers.sandbox.evaluate on {header['device']}")
+                         notes=(f"every valid point measured once by workers.sandbox.evaluate on {header['device']}"
+                                if complete else f"PARTIAL: {len(records)} points measured before the step ended "
+                                "(not every valid point: a strategy benchmark must treat it as the whole space)"))
     path = out / f"{header['date']}-{args.hardware}-landscape-{vpath.stem}-{first['shape']}.json"
     Landscape(meta, records).save(path)
-    print(f"wrote landscape {path} ({len(records)} points)")
+    if complete:
+        print(f"wrote landscape {path} ({len(records)} points)")
 
 
 def markdown(header: dict[str, Any], rows: list[dict[str, Any]]) -> str:

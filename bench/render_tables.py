@@ -1,0 +1,35 @@
+"""Rebuild the Markdown table beside a results JSON (device sessions bring back only the JSON: the
+device returns at most 8 files). Picks the renderer by the file's producer.
+
+    python bench/render_tables.py bench/results/2026-12-03-h200-dense-gemm-triton.json ...
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pipeline_runs  # noqa: E402
+import service_tuning  # noqa: E402
+
+
+def render(path: Path) -> Path:
+    data = json.loads(path.read_text())
+    what = str(data.get("what", ""))
+    if what.startswith("kerneltune pipeline runs"):
+        text = pipeline_runs.markdown(data, data["rows"])
+    elif what.startswith("kerneltune service tuning"):
+        text = service_tuning.markdown(data, data["summary"])
+    else:
+        raise SystemExit(f"{path}: no table renderer for {what!r}")
+    out = path.with_suffix(".md")
+    out.write_text(text)
+    return out
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:]:
+        print(render(Path(arg)))
