@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (JSON, Boolean, CheckConstraint, DateTime, Float, ForeignKey, Index, Integer,
-                        MetaData, String, Text, TypeDecorator, UniqueConstraint)
+                        MetaData, String, Text, TypeDecorator, UniqueConstraint, text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 # Deterministic constraint names: the migration spells the same names, and Alembic can compare them.
@@ -29,6 +29,9 @@ SEARCH_STATES = ("queued", "running", "done", "cancelled", "failed")
 VERDICTS = ("passed", "compiled", "compile_failed", "check_failed", "rejected", "crashed", "timeout", "error")
 # Verdicts that say nothing against correctness: every other verdict blocks a winner.
 NON_FAILING_VERDICTS = ("passed", "compiled")
+# A done run whose verdict blocks a winner: the partial index ix_runs_failed_config covers these rows.
+FAILED_RUNS_PREDICATE = ("status = 'done' AND verdict NOT IN ("
+                         + ", ".join(f"'{v}'" for v in NON_FAILING_VERDICTS) + ")")
 
 
 def utcnow() -> datetime:
@@ -147,8 +150,13 @@ class Run(Base):
         Index("ix_runs_job_status", "job_id", "status"),
         Index("ix_runs_bucket", "slot", "shape_key", "batch_bucket", "hardware", "status"),
         Index("ix_runs_lease", "status", "lease_expires_at"),
-        # the winner re-rank's "did this config fail anywhere in the bucket" check (db/queries/winners.py)
+        # a (variant, config)'s runs in a bucket: export's evidence (export/collect.py); migration 0005
         Index("ix_runs_config_bucket", "variant_id", "config_key", "shape_key", "batch_bucket", "hardware"),
+        # The winner's "did this config fail anywhere in the bucket" probe (db/queries/winners.py): a
+        # point lookup into the failed runs only (migration 0006). The predicate is spelled as the query
+        # spells it (winners.failing_run), or the planner cannot use the index.
+        Index("ix_runs_failed_config", "variant_id", "config_key", "shape_key", "batch_bucket", "hardware",
+              postgresql_where=text(FAILED_RUNS_PREDICATE), sqlite_where=text(FAILED_RUNS_PREDICATE)),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
