@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from db.models import VERDICTS, Run, utcnow
 from db.queries.fingerprints import ensure_fingerprint
-from db.queries.winners import recompute_winner
+from db.queries.winners import update_winner
 
 
 def get_run(session: Session, run_id: str) -> Run | None:
@@ -70,9 +70,9 @@ def _num(d: dict[str, Any], key: str) -> float | None:
 
 
 def record_result(session: Session, run_id: str, result: Any, now: datetime | None = None) -> bool:
-    """Store a RunResult (dict or pydantic model) if the run is still queued or running, then recompute
-    the winner of its bucket; one transaction, commits. Returns whether it wrote (False: already done
-    or cancelled, a no-op)."""
+    """Store a RunResult (dict or pydantic model) if the run is still queued or running, then update
+    the winner of its bucket (point lookups, whatever the bucket's size: db/queries/winners.py); one
+    transaction, commits. Returns whether it wrote (False: already done or cancelled, a no-op)."""
     if hasattr(result, "model_dump"):
         result = result.model_dump(mode="json")
     if not isinstance(result, dict):
@@ -110,8 +110,7 @@ def record_result(session: Session, run_id: str, result: Any, now: datetime | No
         session.rollback()
         return False
     run = session.scalars(select(Run).where(Run.id == run_id).execution_options(populate_existing=True)).one()
-    recompute_winner(session, slot=run.slot, shape_key=run.shape_key, shape_name=run.shape_name,
-                     batch_bucket=run.batch_bucket, hardware=run.hardware, now=now)
+    update_winner(session, run, now=now)
     session.commit()
     return True
 

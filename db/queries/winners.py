@@ -1,14 +1,35 @@
-"""Winner aggregate: recomputed after every recorded result, one row per (slot, shape, bucket, hardware)."""
+"""Winner aggregate: one row per (slot, shape, bucket, hardware), kept up to date as results land.
+
+The winner of a bucket is the best *candidate*: a done run that passed, timed at full fidelity, whose
+speedup CI lies above 1 (beat stock beyond noise) and whose (variant, config) has no failing run for
+the same shape and hardware at any M of the bucket; best = lowest median, then earliest finished,
+then run id. With no candidate the stock kernel is the winner.
+
+``recompute_winner`` evaluates that definition over the whole bucket. ``update_winner`` (what every
+recorded result calls) gets the same answer from the current winner and the one new result, with
+point lookups only, so recording a result costs the same at 10 runs in the bucket as at 10,000:
+
+- results are write-once, so a new result can only add a candidate (a pass) or take candidates away
+  (a failure disqualifies its (variant, config) in the bucket);
+- while the current winner is still a candidate, it was the best of the old candidates and is still
+  among them, so the new best is the better of the winner and the new run;
+- when the winner itself lost its candidacy (its config just failed at another M), the bucket is
+  recomputed in full.
+
+Both paths test candidacy and rank in SQL with the same predicate and the same ORDER BY (the
+incremental one over the two run ids only), so they cannot disagree on ties, NULLs or collation.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Select, and_, bindparam, case, literal, select, tuple_
 from sqlalchemy.orm import Session, aliased, selectinload
 
 from db.models import NON_FAILING_VERDICTS, Run, Winner, utcnow
-from db.queries.common import insert_ignore
+from db.queries.common import dialect_insert
 from kernels.deployment import BATCH_BUCKETS
 
 
@@ -16,37 +37,114 @@ def _bucket_order(bucket: str) -> int:
     return int(bucket.split("-")[0])
 
 
-def recompute_winner(session: Session, *, slot: str, shape_key: str, shape_name: str, batch_bucket: str,
-                     hardware: str, now: datetime | None = None) -> Winner:
-    """Pick the winner for one bucket (no commit).
+def failing_run(run: Any) -> Any:
+    """``run`` (Run or an alias of it) is done with a verdict that blocks a winner. Spelled with literals
+    (not bound parameters) so that PostgreSQL and SQLite can match it to the partial index
+    ix_runs_failed_config (migration 0006) whatever plan they cache."""
+    return (run.status == literal("done", literal_execute=True)) & run.verdict.not_in(
+        bindparam("non_failing_verdicts", list(NON_FAILING_VERDICTS), expanding=True, literal_execute=True))
 
-    Candidates: done runs that passed and whose speedup CI lies above 1 (beat stock beyond noise).
-    A candidate's (variant, config) must have no failing run for the same shape and hardware at any
-    M of the bucket. Lowest median wins; with no candidate the stock kernel is the winner."""
-    now = now or utcnow()
-    key = dict(slot=slot, shape_key=shape_key, batch_bucket=batch_bucket, hardware=hardware)
-    insert_ignore(session, Winner, dict(key, shape_name=shape_name, run_id=None, is_stock=True, updated_at=now),
-                  list(key))
-    # Row lock (PostgreSQL): two workers finishing runs of one bucket recompute one after the other,
-    # the second seeing the first's result. SQLite already serialises writers.
+
+# Best first. Both paths sort with this, in SQL: ties, NULLs and string collation are the database's.
+_ORDER = (Run.median_us, Run.finished_at, Run.id)
+
+
+def _passing(key: dict[str, str]) -> Any:
+    """A run of the bucket that passed with a full-fidelity timing beating stock beyond noise (the
+    candidate test but for the failure check)."""
+    return and_(*(getattr(Run, k) == v for k, v in key.items()),
+                Run.status == "done", Run.verdict == "passed", Run.speedup_ci_lo > 1.0,
+                Run.median_us.is_not(None), Run.fidelity == "full")  # a short timing is no evidence
+
+
+def _best_candidate(key: dict[str, str]) -> Select[tuple[Run]]:
+    """Full recompute: the bucket's best candidate. The failed (variant, config) pairs of the bucket are
+    one uncorrelated subquery (a hashed set, read once from the partial index), not a probe per
+    candidate: the plan stays linear in the bucket even with statistics that count no done run (a
+    correlated NOT EXISTS was planned as a nested loop over the bucket's failures per candidate)."""
+    failing = aliased(Run)
+    failed_configs = (select(failing.variant_id, failing.config_key)
+                      .where(*(getattr(failing, k) == v for k, v in key.items()), failing_run(failing)))
+    return (select(Run).where(_passing(key), tuple_(Run.variant_id, Run.config_key).not_in(failed_configs))
+            .order_by(*_ORDER).limit(1))
+
+
+def _ranked_candidates(key: dict[str, str], ids: list[str]) -> Select[tuple[Run, bool]]:
+    """Incremental path: the runs ``ids`` by primary key, best first, each with whether it is a candidate.
+
+    Shaped for a plan that cannot grow with the bucket, whatever the statistics say: the candidate test
+    sits in the select list, not in WHERE, so the only access path is the primary key (with stale
+    statistics a WHERE status = 'done' drew the planner to the status index, a scan of the bucket's done
+    runs); the failure check is a scalar subquery (first failed run of this (variant, config) in the
+    bucket, or NULL), which PostgreSQL runs per row as a point lookup into the partial index, where an
+    EXISTS may be turned into a hashed set of all the bucket's failures. Same test as _best_candidate:
+    (variant_id, config_key) are NOT NULL, so NOT IN, NOT EXISTS and IS NULL here agree."""
+    failing = aliased(Run)
+    first_failure = (select(failing.id)
+                     .where(failing.variant_id == Run.variant_id, failing.config_key == Run.config_key,
+                            *(getattr(failing, k) == v for k, v in key.items()), failing_run(failing))
+                     .limit(1).scalar_subquery())
+    is_candidate = case((and_(_passing(key), first_failure.is_(None)), True), else_=False)
+    return select(Run, is_candidate).where(Run.id.in_(ids)).order_by(*_ORDER)
+
+
+def _lock_winner(session: Session, key: dict[str, str], shape_name: str, now: datetime) -> tuple[Winner, bool]:
+    """The bucket's winner row, created (stock) if missing, locked FOR UPDATE on PostgreSQL; and
+    whether this call created it.
+
+    The row lock orders the results of one bucket: two workers finishing runs of one bucket update the
+    winner one after the other, the second seeing the first's committed result (its statements run
+    after the lock is granted, on a fresh snapshot under READ COMMITTED). SQLite already serialises
+    writers."""
+    insert = dialect_insert(session)
+    res = session.execute(insert(Winner).values(**key, shape_name=shape_name, run_id=None, is_stock=True,
+                                                updated_at=now)
+                          .on_conflict_do_nothing(index_elements=list(key)))
     winner = session.scalars(select(Winner).filter_by(**key).with_for_update()
                              .execution_options(populate_existing=True)).one()
-    failing = aliased(Run)
-    fails = (select(failing.id)
-             .where(failing.variant_id == Run.variant_id, failing.config_key == Run.config_key,
-                    failing.slot == Run.slot, failing.shape_key == Run.shape_key,
-                    failing.batch_bucket == Run.batch_bucket, failing.hardware == Run.hardware,
-                    failing.status == "done", failing.verdict.not_in(NON_FAILING_VERDICTS))
-             .exists())
-    best = session.scalars(
-        select(Run).filter_by(**key)
-        .where(Run.status == "done", Run.verdict == "passed", Run.speedup_ci_lo > 1.0,
-               Run.median_us.is_not(None), Run.fidelity == "full", ~fails)  # a short timing is no evidence
-        .order_by(Run.median_us, Run.finished_at, Run.id).limit(1)).first()
+    return winner, res.rowcount == 1
+
+
+def _set(winner: Winner, best: Run | None, shape_name: str, now: datetime) -> None:
     winner.run_id = best.id if best else None
     winner.is_stock = best is None
     winner.shape_name = shape_name
     winner.updated_at = now
+
+
+def recompute_winner(session: Session, *, slot: str, shape_key: str, shape_name: str, batch_bucket: str,
+                     hardware: str, now: datetime | None = None) -> Winner:
+    """Pick the winner for one bucket from all its runs (no commit). Costs a pass over the bucket's
+    passing runs; ``update_winner`` is what a recorded result calls."""
+    now = now or utcnow()
+    key = dict(slot=slot, shape_key=shape_key, batch_bucket=batch_bucket, hardware=hardware)
+    winner, _ = _lock_winner(session, key, shape_name, now)
+    return _recompute(session, winner, key, shape_name, now)
+
+
+def _recompute(session: Session, winner: Winner, key: dict[str, str], shape_name: str, now: datetime) -> Winner:
+    _set(winner, session.scalars(_best_candidate(key)).first(), shape_name, now)
+    session.flush()
+    return winner
+
+
+def update_winner(session: Session, run: Run, now: datetime | None = None) -> Winner:
+    """The winner of ``run``'s bucket after ``run``'s result was written in this transaction (no commit).
+
+    Same answer as ``recompute_winner``, from the current winner and ``run`` alone; falls back to the
+    full recompute when the current winner stopped being a candidate (or the row is new)."""
+    now = now or utcnow()
+    key = dict(slot=run.slot, shape_key=run.shape_key, batch_bucket=run.batch_bucket, hardware=run.hardware)
+    winner, created = _lock_winner(session, key, run.shape_name, now)
+    # A stock row with a run id cannot come from here; a non-stock row without one lost its run (ON
+    # DELETE SET NULL): neither says anything about the bucket's other runs, so recompute.
+    if created or winner.is_stock != (winner.run_id is None):
+        return _recompute(session, winner, key, run.shape_name, now)
+    ids = [run.id] if winner.run_id is None else [run.id, winner.run_id]
+    ranked = [r for r, is_candidate in session.execute(_ranked_candidates(key, ids)) if is_candidate]
+    if winner.run_id is not None and winner.run_id not in {r.id for r in ranked}:
+        return _recompute(session, winner, key, run.shape_name, now)  # the winner's config just failed
+    _set(winner, ranked[0] if ranked else None, run.shape_name, now)
     session.flush()
     return winner
 
