@@ -251,7 +251,8 @@ def test_compile_ptx_sm90a(name):
     mod = load(name)
     ptx = mod.compile_ptx({}, dict(K2[name], slot="x", name="k2", dtype="bfloat16"), "sm_90a")
     assert ".target sm_90a" in ptx
-    for needle in mod.CLAIMS["ptx_contains"]:
+    from kernels.backends.triton_backend import claims_for
+    for needle in claims_for(mod, {}, K2[name]):
         assert needle in ptx, needle
     assert ".local" not in ptx  # no register spills for the default config
     for p, vals in mod.CONFIG_SPACE.items():
@@ -262,8 +263,14 @@ def test_compile_ptx_sm90a(name):
 def test_compile_ptx_deepseek_v3_router_separate():
     mod = load("router_fused")
     shape = dict(E=256, K=7168, top_k=8, n_group=8, topk_group=4, scaling=2.5, norm=True, scoring="sigmoid", M=64)
-    ptx = mod.compile_ptx(dict(EPILOGUE="separate", BLOCK_M=64, EPI_M=1), shape, "sm_90a")
+    from kernels.backends.triton_backend import claims_for
+    config = dict(EPILOGUE="separate", BLOCK_M=64, EPI_M=1)
+    ptx = mod.compile_ptx(config, shape, "sm_90a")
     assert ptx.count(".entry") == 2
+    claimed = claims_for(mod, config, shape)
+    assert "atom.global.gpu.acq_rel.add" not in claimed  # no arrival counter in the two-launch form
+    for needle in claimed:
+        assert needle in ptx, needle
 
 
 if __name__ == "__main__":  # the child process: TRITON_INTERPRET=1 was set before triton's import

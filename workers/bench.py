@@ -104,7 +104,8 @@ def run_bench(ctx: BenchContext) -> tuple[BenchStage, Trial]:
 
     timer = timer_for(ctx.device, ctx.settings)
     try:
-        samples, written = timer.measure({n: runner(n) for n in fns}, poison, n_sets, ctx.settings)
+        eager = frozenset() if slot.stock_capturable else frozenset({"stock"})
+        samples, written = timer.measure({n: runner(n) for n in fns}, poison, n_sets, ctx.settings, eager)
     except StreamEscape as exc:
         raise Failure(Verdict.rejected, "stream_escape", str(exc)) from exc
     ctx.verify()
@@ -115,7 +116,8 @@ def run_bench(ctx: BenchContext) -> tuple[BenchStage, Trial]:
     lo, hi = _bootstrap(samples["variant"], samples["stock"], resamples=ctx.settings.bootstrap, seed=ctx.seed)
     floor_us = set_bytes / (ctx.bandwidth_gbs * 1e9) * 1e6
     stage = BenchStage(
-        timer=timer.name, seconds=time.perf_counter() - t_start,
+        timer=timer.name, baseline_timer=timer.name if slot.stock_capturable or ctx.device.type != "cuda" else "eager",
+        seconds=time.perf_counter() - t_start,
         threads=torch.get_num_threads() if ctx.device.type == "cpu" else None,
         seed=ctx.seed, input_sets=n_sets, set_bytes=set_bytes, llc_bytes=llc,
         median_us=v.median, p10_us=v.p10, p90_us=v.p90, cv=v.cv, n=v.n,

@@ -52,6 +52,9 @@ def main(result_fd: int | None = None) -> None:
     token = bytes.fromhex(handshake.pop("token"))
     out_fd = _hide_fd(int(sys.argv[1]) if result_fd is None else result_fd)
     faulthandler.enable()  # a SIGSEGV still kills us, but stderr shows where
+    # The harness sends SIGUSR1 before killing a child past its wall-clock limit: the timeout
+    # verdict then says where the child was stuck (compile, check, a hung kernel's sync, ...).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     from workers import audit
     from workers.pipeline import ChildEnv, run_in_child

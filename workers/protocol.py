@@ -84,6 +84,7 @@ class CheckStage(BaseModel):
 
 class BenchStage(BaseModel):
     timer: str
+    baseline_timer: str | None = None  # "eager" when the stock could not be graph-captured
     seconds: float = 0.0
     threads: int | None = None
     seed: int

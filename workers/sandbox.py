@@ -52,6 +52,7 @@ LOG_HEAD, LOG_TAIL = 4 << 10, 12 << 10
 MAX_RESULT_BYTES = 64 << 20
 KILL_GRACE_S = 5.0
 KILL_WAIT_S = 30.0  # for a SIGKILLed child's exit status
+STACK_DUMP_WAIT_S = 1.0  # for a timed-out child's faulthandler dump
 DEFAULT_FSIZE_MB = 2048  # RLIMIT_FSIZE per file; KT_SANDBOX_FSIZE_MB overrides
 NPROC_HEADROOM = 512
 ZYGOTE_RETRY_S = 300.0  # after a failed zygote start, spawn for this long before trying again
@@ -358,6 +359,7 @@ def _evaluate(spec: RunSpec, data_dir: Path, started: datetime) -> RunResult:
         fed = True  # the feeder closes the stdin end
         timed_out = not child.wait(spec.timeout_s)
         if timed_out:
+            _dump_stacks(child.pid)
             _kill_group(child.pid)
             child.wait(KILL_WAIT_S)
         wall = time.monotonic() - t0
@@ -384,6 +386,16 @@ def _evaluate(spec: RunSpec, data_dir: Path, started: datetime) -> RunResult:
         store_bandwidth(data_dir, result.fingerprint["bandwidth_key"], result.fingerprint["bandwidth_gbs"],
                         result.fingerprint)
     return result
+
+
+def _dump_stacks(pid: int) -> None:
+    """Ask a child past its limit for its Python stacks (faulthandler on SIGUSR1, see workers/child.py)
+    and give it a moment to write them to stderr before the group is killed."""
+    try:
+        os.kill(pid, signal.SIGUSR1)
+    except OSError:
+        return
+    time.sleep(STACK_DUMP_WAIT_S)
 
 
 def _feed(fd: int, data: bytes) -> None:
@@ -420,6 +432,21 @@ def _stderr_tail(stderr: str) -> str:
     return "\n".join(lines[max(start, 0):])
 
 
+def _stuck_at(stderr: str) -> str:
+    """The innermost frames of the main thread from faulthandler's dump (most recent call first)."""
+    lines = stderr.strip().splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith(("Current thread", "Thread 0x"))]
+    main = next((i for i in reversed(heads) if lines[i].startswith("Current thread")), heads[-1] if heads else None)
+    if main is None:
+        return ""
+    frames = []
+    for line in lines[main + 1:]:
+        if not line.startswith("  File "):
+            break
+        frames.append(line.strip())
+    return "\n".join(frames[:8])
+
+
 def _verdict(spec: RunSpec, started: datetime, timed_out: bool, rc: int | None, sig: str | None, token: bytes,
              reader: _Capture, info: SandboxInfo, lost: bool = False) -> RunResult:
     def fail(verdict: Verdict, code: str, reason: str) -> RunResult:
@@ -430,7 +457,9 @@ def _verdict(spec: RunSpec, started: datetime, timed_out: bool, rc: int | None, 
         return fail(Verdict.crashed, "sandbox_lost",
                     f"the zygote died while the child ran; its result is not trusted\n{stderr_tail}")
     if timed_out:
-        return fail(Verdict.timeout, "wall_clock_limit", f"no verdict within {spec.timeout_s:g} s; process group killed")
+        where = _stuck_at(info.stderr)
+        return fail(Verdict.timeout, "wall_clock_limit", f"no verdict within {spec.timeout_s:g} s; process group killed"
+                    + (f"; it was at:\n{where}" if where else ""))
     raw = bytes(reader.head)
     if not raw:
         if sig == "SIGXCPU":

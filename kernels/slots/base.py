@@ -152,6 +152,9 @@ class Slot(ABC):
     input_names: tuple[str, ...]
     weight_names: tuple[str, ...]  # inputs that are model weights: rotated in the bench stage
     output_names: tuple[str, ...]
+    # False when the stock baseline syncs with the host (e.g. a loop over the routed experts): the CUDA
+    # timer then times it eagerly instead of in a graph (a variant must always capture).
+    stock_capturable: bool = True
 
     @abstractmethod
     def shapes(self, deployment: Deployment) -> list[Shape]:

@@ -27,6 +27,7 @@ def expected_distinct_experts(e: int, top_k: int, m: int) -> int:
 
 class MoeExperts(Slot):
     name = "moe_experts"
+    stock_capturable = False  # the stock loops over ids.unique().tolist(): a host sync per call
     description = ("out[M,K] = sum_j topk_weights[:,j] * SwiGLU_{topk_ids[:,j]}(x); w13[E,2I,K], w2[E,K,I] bf16, "
                    "topk_ids int32 (distinct per token), topk_weights fp32")
     input_names = ("x", "w13", "w2", "topk_ids", "topk_weights")

@@ -25,9 +25,10 @@ class StreamEscape(Exception):
 class Timer(Protocol):
     name: str
 
-    def measure(self, runs: dict[str, RunFn], poison: PoisonFn, n_sets: int,
-                settings: BenchSettings) -> tuple[dict[str, list[float]], dict[str, set[int]]]:
-        """Samples per implementation, and per implementation the set indices its timed calls wrote."""
+    def measure(self, runs: dict[str, RunFn], poison: PoisonFn, n_sets: int, settings: BenchSettings,
+                eager: frozenset[str] = frozenset()) -> tuple[dict[str, list[float]], dict[str, set[int]]]:
+        """Samples per implementation, and per implementation the set indices its timed calls wrote.
+        ``eager`` names trusted implementations that cannot be graph-captured (timed without a graph)."""
         ...
 
 

@@ -18,8 +18,9 @@ _clock = time.perf_counter_ns
 class CpuTimer:
     name = "cpu_perf_counter"
 
-    def measure(self, runs: dict[str, RunFn], poison: PoisonFn, n_sets: int,
-                settings: BenchSettings) -> tuple[dict[str, list[float]], dict[str, set[int]]]:
+    def measure(self, runs: dict[str, RunFn], poison: PoisonFn, n_sets: int, settings: BenchSettings,
+                eager: frozenset[str] = frozenset()) -> tuple[dict[str, list[float]], dict[str, set[int]]]:
+        # every call is eager here: ``eager`` changes nothing on the CPU
         names = list(runs)
         cursor = 0  # one counter over all calls: each call reads a set untouched for a full rotation
         for r in range(settings.warmup):

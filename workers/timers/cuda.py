@@ -25,8 +25,8 @@ class CudaGraphTimer:
     def __init__(self, device: torch.device):
         self.device = device
 
-    def measure(self, runs: dict[str, RunFn], poison: PoisonFn, n_sets: int,
-                settings: BenchSettings) -> tuple[dict[str, list[float]], dict[str, set[int]]]:
+    def measure(self, runs: dict[str, RunFn], poison: PoisonFn, n_sets: int, settings: BenchSettings,
+                eager: frozenset[str] = frozenset()) -> tuple[dict[str, list[float]], dict[str, set[int]]]:
         # Enough calls per replay that launch jitter averages out (a replay of a few us kernels is
         # otherwise dominated by it: CV 0.10-0.15 seen on the H200), a whole number of passes over the sets.
         calls = settings.graph_calls or n_sets * -(-MIN_GRAPH_CALLS // n_sets)
@@ -41,7 +41,13 @@ class CudaGraphTimer:
                             runs[name](i)
             torch.cuda.current_stream().wait_stream(side)
             torch.cuda.synchronize()
-            graphs = {name: self._capture(name, runs[name], calls, n_sets) for name in names}
+            # A trusted baseline that syncs with the host is replayed as the same R calls issued
+            # eagerly (host syncs included: that is how it runs); a failed capture would poison the
+            # context for everything after it, so it is never attempted.
+            # One pass over the sets per eager replay: its calls take milliseconds, not microseconds.
+            graphs = {name: (_EagerCalls(runs[name], n_sets, n_sets) if name in eager
+                             else self._capture(name, runs[name], calls, n_sets)) for name in names}
+            per_replay = {name: n_sets if name in eager else calls for name in names}
             for name in names:
                 for i in range(n_sets):
                     poison(name, i)
@@ -56,7 +62,7 @@ class CudaGraphTimer:
                     graphs[name].replay()
                     end_ev.record()
                     end_ev.synchronize()
-                    samples[name].append(_elapsed_time(start_ev, end_ev) * 1e3 / calls)
+                    samples[name].append(_elapsed_time(start_ev, end_ev) * 1e3 / per_replay[name])
         return samples, {name: {j % n_sets for j in range(calls)} for name in names}
 
     @staticmethod
@@ -70,3 +76,14 @@ class CudaGraphTimer:
         except Exception as exc:  # the capture is the check: any failure is work outside the stream
             raise StreamEscape(f"{name}: CUDA graph capture failed: {type(exc).__name__}: {exc}") from exc
         return graph
+
+
+class _EagerCalls:
+    """The replay() of a graph that could not be captured: the same calls, issued one by one."""
+
+    def __init__(self, run: RunFn, calls: int, n_sets: int):
+        self.run, self.calls, self.n_sets = run, calls, n_sets
+
+    def replay(self) -> None:
+        for j in range(self.calls):
+            self.run(j % self.n_sets)

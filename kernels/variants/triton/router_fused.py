@@ -39,7 +39,14 @@ CONSTRAINTS = [
 DEFAULT_CONFIG = {"BLOCK_E": 16, "BLOCK_K": 128, "SPLIT_K": 8, "BLOCK_M": 16, "EPILOGUE": "fused",
                   "EPI_M": 4, "num_warps": 4, "num_stages": 3}
 # relaxed partial-sum adds: LLVM emits them as atom.* or red.* (result unused), so claim the common part
-CLAIMS = {"ptx_contains": ["atom.global.gpu.acq_rel.add", "global.gpu.relaxed.add", "mma.sync"]}
+def claims(config: dict, shape: dict) -> dict:
+    """The arrival counter's acq_rel add exists only in the fused (one-launch) epilogue: the separate
+    one has no counter (seen on the H200: every 'separate' config failed a blanket claim)."""
+    c = {**DEFAULT_CONFIG, **config}
+    fused = c["EPILOGUE"] == "fused"
+    # tl.dot lowers to Hopper wgmma when a warp group owns a 64-row tile, else to mma.sync
+    mma = "wgmma.mma_async" if int(c["BLOCK_M"]) >= 64 and int(c["num_warps"]) % 4 == 0 else "mma.sync"
+    return {"ptx_contains": (["atom.global.gpu.acq_rel.add"] if fused else []) + ["global.gpu.relaxed.add", mma]}
 USES_LIBRARY = False
 
 NEG_INF = float("-inf")
