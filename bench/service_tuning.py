@@ -175,7 +175,7 @@ def main() -> None:
     data_dir = Path(args.data_dir)
     t0 = time.monotonic()
     stack = EmbeddedStack(data_dir, port=8791, hardware=args.hardware, workers=args.workers,
-                          env_extra={"KT_DEVICE": args.device, "KT_RUN_TIMEOUT_S": "150"})
+                          env_extra={"KT_DEVICE": args.device, "KT_RUN_TIMEOUT_S": os.environ.get("KT_RUN_TIMEOUT_S", "150")})
     stack.start()
     try:
         client = Client(stack.url, token=token_for(data_dir))
