@@ -1,0 +1,227 @@
+"""dense_gemm_gemv (kernels/variants/triton/dense_gemm_gemv.py) on the CPU, no GPU needed:
+
+- correctness under the Triton interpreter against an fp32 torch reference (M = 1..16, split-K 1 and > 1,
+  ragged N and K), each built kernel called several times in a row: the split-K arrival counters must
+  be back at zero after every call or the next call leaves its outputs unwritten;
+- ahead-of-time sm_90a PTX for the K2 TP8 shapes at M = 1 and 16, holding what claims() says;
+- the config space and its constraints (one BLOCK_M per M, nothing above M = 16);
+- a real run through workers.sandbox.evaluate (compile with AOT PTX + claims, check, bench): passed.
+
+As in test_triton_slot_kernels.py, the interpreted checks run in ONE child process started with
+TRITON_INTERPRET=1 (this file executed as a script), since the interpreter must be chosen before triton
+is first imported; the AOT compile tests run in-process with the interpreter off.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+VARIANT = ROOT / "kernels" / "variants" / "triton" / "dense_gemm_gemv.py"
+H200_SMS = 132
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("_triton_variant_dense_gemm_gemv", VARIANT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def next_pow2(m: int) -> int:
+    return 1 << (m - 1).bit_length()
+
+
+# --- interpreted correctness (child process) -------------------------------------------------------
+
+def check_case(config: dict, ms: tuple[int, ...], n: int, k: int) -> None:
+    mod = load()
+    for m in ms:
+        cfg = {"BLOCK_M": next_pow2(m), **config}
+        fn = mod.build(cfg, dict(M=m, N=n, K=k, slot="dense_gemm", name="t", dtype="bfloat16"))
+        prev = None
+        for trial in range(3):
+            g = torch.Generator().manual_seed(1000 * m + n + trial)
+            if trial < 2:  # fresh inputs; the third call repeats the second's inputs
+                x = torch.randn((m, k), generator=g).bfloat16()
+                w = (torch.randn((n, k), generator=g) / k ** 0.5).bfloat16()
+            x0, w0 = x.clone(), w.clone()
+            out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)  # every element must be written
+            fn(x=x, w=w, out=out)
+            assert torch.equal(x, x0) and torch.equal(w, w0), "an input was written"
+            assert torch.isfinite(out).all(), (m, cfg, trial, "unwritten (NaN) outputs")
+            ref = x.float() @ w.float().t()
+            torch.testing.assert_close(out.float(), ref, rtol=1e-2, atol=1e-2, msg=lambda s: f"M={m} {cfg}: {s}")
+            if trial == 1:
+                assert not torch.equal(out, prev), "same output for new inputs"
+            if trial == 2:  # partials are summed in split order: bit-identical on the same inputs
+                assert torch.equal(out, prev), "not deterministic"
+            prev = out.clone()
+
+
+MS = (1, 2, 3, 5, 8, 16)
+# Small-shape configs; values outside CONFIG_SPACE (BLOCK_K 32/64) are fine for build(), which checks
+# only CONSTRAINTS, and let split-K and ragged tails happen at these sizes.
+CASES = {
+    # EVEN_K, SPLIT_K = 1: bf16 stored straight from the accumulator.
+    "split1": (dict(BLOCK_N=4, BLOCK_K=128, SPLIT_K=1, num_warps=2, num_stages=2), MS, 48, 256),
+    # EVEN_K, 2 splits of one step: workspace + counter, the last arrival reduces.
+    "split2": (dict(BLOCK_N=4, BLOCK_K=128, SPLIT_K=2, num_warps=2, num_stages=2), MS, 48, 256),
+    # 7 K steps over 4 splits (1 + 2 + 2 + 2): uneven step counts per split, still unmasked.
+    "split4-uneven-steps": (dict(BLOCK_N=4, BLOCK_K=64, SPLIT_K=4, num_warps=1, num_stages=3), (1, 3, 16), 24, 448),
+    # N = 40 is not a multiple of BLOCK_N (clamped rows), K = 200 not of BLOCK_K (masked tail step).
+    "split3-ragged": (dict(BLOCK_N=8, BLOCK_K=32, SPLIT_K=3, num_warps=1, num_stages=2), MS, 40, 200),
+    "split1-ragged": (dict(BLOCK_N=4, BLOCK_K=64, SPLIT_K=1, num_warps=1, num_stages=1), (1, 3, 16), 40, 200),
+    # 16 splits of one step each; the second N tile is half outside N.
+    "split16": (dict(BLOCK_N=16, BLOCK_K=32, SPLIT_K=16, num_warps=1, num_stages=2), (1, 4), 24, 512),
+}
+
+
+@pytest.fixture(scope="module")
+def interpreted():
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=900)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
+    return json.loads(lines[-1])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_interpreted_matches_fp32_torch_on_repeated_calls(interpreted, case):
+    assert interpreted[case] == "ok", interpreted[case]
+
+
+# --- the config space -------------------------------------------------------------------------------
+
+K2 = {"fused_qkv_a": (2112, 7168), "q_b_proj": (1536, 1536), "o_proj": (7168, 1024), "lm_head": (20480, 7168)}
+
+
+def test_space_fits_the_api_cap_and_covers_m_1_to_16_only():
+    from kernels.variant_meta import declared_space
+    from search.space import ConfigSpace
+    from service.settings import Settings
+
+    mod = load()
+    space = ConfigSpace.parse(declared_space(VARIANT.read_text()),
+                              max_size=Settings.model_fields["max_config_points"].default)
+    assert space.size() == 8000
+    for name, (n, k) in K2.items():
+        for m in range(1, 17):
+            points = list(space.points(dict(M=m, N=n, K=k)))
+            assert points, (name, m)
+            assert {p["BLOCK_M"] for p in points} == {next_pow2(m)}, (name, m)  # exactly one BLOCK_M per M
+        for m in (17, 32, 64):
+            assert space.count(dict(M=m, N=n, K=k)) == 0, (name, m)  # the tensor-core kernel's range
+        assert space.is_valid(mod.DEFAULT, dict(M=1, N=n, K=k)), name
+    n_qb = K2["q_b_proj"][0]
+    assert -(-n_qb // mod.DEFAULT["BLOCK_N"]) * mod.DEFAULT["SPLIT_K"] >= H200_SMS  # DEFAULT fills the SMs
+
+
+def test_build_rejects_large_m_and_bad_configs():
+    mod = load()
+    with pytest.raises(ValueError, match="M <= 16"):
+        mod.build({"BLOCK_M": 32}, dict(M=32, N=1536, K=1536))
+    with pytest.raises(ValueError, match="BLOCK_M >= M"):
+        mod.build({}, dict(M=2, N=1536, K=1536))  # DEFAULT is M = 1's
+    with pytest.raises(ValueError, match="BLOCK_K \\* SPLIT_K <= K"):
+        mod.build({"BLOCK_K": 1024, "SPLIT_K": 2}, dict(M=1, N=1536, K=1536))
+
+
+# --- ahead-of-time PTX for the K2 TP8 shapes ----------------------------------------------------------
+
+needs_compiler = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
+                                    reason="AOT compile needs the real triton.jit (TRITON_INTERPRET is set)")
+
+PTX_CONFIGS = {
+    "m1-default": (1, {}),  # SPLIT_K 2, num_stages 3
+    "m1-split1": (1, dict(BLOCK_M=1, BLOCK_N=32, BLOCK_K=512, SPLIT_K=1, num_warps=4, num_stages=4)),
+    "m1-split4-stages1": (1, dict(BLOCK_M=1, BLOCK_N=8, BLOCK_K=256, SPLIT_K=4, num_warps=2, num_stages=1)),
+    "m16-split1": (16, dict(BLOCK_M=16, BLOCK_N=4, BLOCK_K=128, SPLIT_K=1, num_warps=2, num_stages=3)),
+    "m16-split4": (16, dict(BLOCK_M=16, BLOCK_N=8, BLOCK_K=128, SPLIT_K=4, num_warps=4, num_stages=2)),
+}
+
+
+@needs_compiler
+@pytest.mark.parametrize("cfg_name", sorted(PTX_CONFIGS))
+@pytest.mark.parametrize("shape_name", sorted(K2))
+def test_compile_ptx_sm90a_holds_the_claims(shape_name, cfg_name):
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    mod = load()
+    (n, k), (m, config) = K2[shape_name], PTX_CONFIGS[cfg_name]
+    shape = dict(M=m, N=n, K=k, slot="dense_gemm", name=shape_name, dtype="bfloat16")
+    ptx = mod.compile_ptx(config, shape, "sm_90a")
+    assert ".target sm_90a" in ptx
+    claimed = mod.claims(config, shape)["ptx_contains"]
+    split = {**mod.DEFAULT, **config}["SPLIT_K"]
+    assert len(claimed) == (2 if split > 1 else 1)
+    for needle in claimed:
+        assert needle in ptx, needle
+    # 16-byte W loads: every L2-only cp.async copies 0x10 bytes when pipelined, else 128-bit vector loads
+    copies = [ln for ln in ptx.splitlines() if "cp.async.cg.shared.global" in ln]
+    if config.get("num_stages", mod.DEFAULT["num_stages"]) > 1:
+        assert copies and all(", 0x10," in ln for ln in copies), copies[:3]
+    else:
+        assert not copies and "ld.global.v4.b32" in ptx
+    # one launch, CUDA cores only; the arrival counter and .cg partial reads exactly when split
+    assert ptx.count(".entry") == 1
+    assert "mma" not in ptx
+    assert ("atom.global.gpu.acq_rel.add" in ptx) == (split > 1)
+    assert ("ld.global.cg" in ptx) == (split > 1)
+    assert ".local" not in ptx
+    if split > 1:
+        # The counter protocol leans on CTA barriers around the one thread's atomic: every thread's
+        # partial store, bar.sync, release; acquire, bar.sync, every thread's .cg read of the partials.
+        atom = ptx.index("atom.global.gpu.acq_rel.add")
+        last_store = ptx.rindex("st.global", 0, atom)
+        first_read = ptx.index("ld.global.cg", atom)
+        assert "bar.sync" in ptx[last_store:atom] and "bar.sync" in ptx[atom:first_read]
+        assert "atom.global.gpu.relaxed.exch" in ptx[first_read:]  # the reset, after the reads
+
+
+# --- through the real pipeline (sandboxed child, interpreter on the CPU) --------------------------------
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("kt-data")
+
+
+@pytest.mark.parametrize("m,config", [
+    (1, {}),  # DEFAULT: 2 splits
+    (3, dict(BLOCK_M=4, BLOCK_N=8, BLOCK_K=128, SPLIT_K=4, num_warps=2, num_stages=2)),
+])
+def test_pipeline_evaluate_passes(data_dir, m, config):
+    from kernels.backends.base import source_hash
+    from kernels.slots.base import Shape
+    from workers.protocol import BenchSettings, RunResult, RunSpec, Verdict
+    from workers.sandbox import evaluate
+
+    source = VARIANT.read_text()
+    shape = Shape("dense_gemm", "t", {"N": 256, "K": 512})
+    spec = RunSpec(run_id=f"gemv-{m}", slot="dense_gemm", language="triton", source=source,
+                   source_hash=source_hash(source), config=config, shape=shape.to_json(), m=m, device="cpu",
+                   seed=11, bench=BenchSettings(min_rounds=3, max_rounds=6, min_time_s=0.0, input_sets=4), timeout_s=300)
+    result = evaluate(spec, data_dir=data_dir)
+    assert RunResult.model_validate_json(result.model_dump_json()) == result
+    assert result.verdict == Verdict.passed, (result.reason_code, result.reason, result.compile and result.compile.log)
+    assert result.check.passed and result.bench.median_us > 0
+    assert not result.uses_library
+
+
+if __name__ == "__main__":  # the child process: TRITON_INTERPRET=1 was set before triton's import
+    import traceback
+    results = {}
+    for case, args in CASES.items():
+        try:
+            check_case(*args)
+            results[case] = "ok"
+        except Exception:  # report, keep going
+            results[case] = traceback.format_exc()[-3000:]
+    print(json.dumps(results))
