@@ -107,7 +107,8 @@ def explain_update_winner(db_url: str) -> dict[str, Any]:
         out = []
         with eng.connect() as conn:
             for stmt, params in stmts:
-                plan = conn.exec_driver_sql("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + stmt, params).scalar_one()[0]
+                plan = conn.exec_driver_sql("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + stmt,
+                                            params).scalar_one()[0]
                 out.append({"statement": " ".join(stmt.split())[:60] + " ...", "ms": round(plan["Execution Time"], 3),
                             "plan": plan["Plan"]["Node Type"], "shared_hits": plan["Plan"].get("Shared Hit Blocks")})
             conn.rollback()
@@ -152,6 +153,13 @@ def write_results(stem: Path, data: dict[str, Any]) -> Path:
     doc = json.loads(path.read_text()) if path.exists() else {"title": f"CPU queue drain, {data['started'][:10]}"}
     doc.setdefault("drain_queue", []).append(data)
     path.write_text(json.dumps(doc, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(render_md(doc))
+    return path
+
+
+def render_md(doc: dict[str, Any]) -> str:
+    """The .md of a --results file: each drain run, then the doc's "notes" (markdown kept in the .json, for
+    measurements made outside this script), so that re-rendering keeps them."""
     lines = [f"# {doc['title']}", ""]
     for dq in doc["drain_queue"]:
         lines += ["## Queue drain (bench/drain_queue.py)", "", f"- command: `{dq['command']}`",
@@ -179,8 +187,9 @@ def write_results(stem: Path, data: dict[str, Any]) -> Path:
                 lines.append(f"| {e['runs_done']} | {e['bucket']} | {e['bucket_done_runs']} | {per} | {e['update_winner_ms']} "
                              f"| {e['full_recompute_ms']} |")
         lines.append("")
-    stem.with_suffix(".md").write_text("\n".join(lines))
-    return path
+    for note in doc.get("notes", []):
+        lines += [note.rstrip(), ""]
+    return "\n".join(lines)
 
 
 def counts(db_url: str, retry_s: float = 120.0) -> dict[str, int]:
