@@ -45,6 +45,7 @@ from workers.zygote import ForkedChild, ZygoteClient, ZygoteUnavailable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CLONE_NEWNET = 0x40000000
+PR_SET_PDEATHSIG = 1
 ENV_NAMES = ("PATH", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "LANG", "LC_ALL", "TZ")
 ENV_PREFIXES = ("TRITON_", "CUTE_DSL_")
 _SECRETISH = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|_URL$|_DSN$", re.I)
@@ -141,6 +142,9 @@ def resource_limits(spec: RunSpec) -> dict[int, int]:
 
 def _preexec(limits: dict[int, int]) -> Callable[[], None]:
     def run() -> None:  # in the forked child, before exec: only syscalls
+        # Dies with the thread that started it (the evaluating one, alive until the child ends):
+        # a SIGKILLed worker leaves no sandbox child running on the device.
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         for which, value in limits.items():
             _, hard = resource.getrlimit(which)
             value = value if hard == resource.RLIM_INFINITY else min(value, hard)

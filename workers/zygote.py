@@ -46,6 +46,7 @@ import traceback
 from typing import Any
 
 CLONE_NEWNET = 0x40000000
+PR_SET_PDEATHSIG = 1
 MAX_PACKET = 1 << 20
 FORK_FDS = 5  # event socket, stdin, stdout, stderr, result pipe
 
@@ -89,7 +90,7 @@ def _send(sock: socket.socket, message: dict[str, Any]) -> None:
         pass  # the worker gave up on this evaluation: nobody to tell
 
 
-def _become_child(request: dict[str, Any], fds: list[int]) -> None:
+def _become_child(request: dict[str, Any], fds: list[int], zygote_pid: int) -> None:
     """In the forked child: apply the sandbox, then run the ordinary child entry point. Never returns."""
     event_fd, stdin_fd, stdout_fd, stderr_fd, result_fd = fds
     code = 1
@@ -99,6 +100,11 @@ def _become_child(request: dict[str, Any], fds: list[int]) -> None:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh interpreter
         os.setsid()  # its own session and process group: the worker kills the group whole
+        # Killed with the zygote (single-threaded, so "the parent thread" is the zygote itself); the
+        # zygote in turn kills its children when the worker's control socket closes.
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != zygote_pid:  # the zygote died before prctl took effect
+            os._exit(1)
         # Standard streams and the result pipe at fixed numbers; every other fd of the zygote (control
         # socket, other evaluations' event sockets, the selector) is closed before any variant exists.
         # Copies above the targets first, so no dup2 overwrites a source not yet placed.
@@ -171,6 +177,7 @@ class _Zygote:
                 raise RuntimeError(f"refusing to fork with {threads} threads (fork-unsafe)")
             sys.stdout.flush()
             sys.stderr.flush()
+            zygote_pid = os.getpid()
             pid = os.fork()
         except Exception as exc:
             if event is not None:
@@ -180,7 +187,7 @@ class _Zygote:
                 os.close(fd)
             return True
         if pid == 0:
-            _become_child(request, fds)
+            _become_child(request, fds, zygote_pid)
         for fd in fds[1:]:
             os.close(fd)
         self.children[pid] = event
