@@ -3,34 +3,22 @@
 # single-GPU slot tuned through the embedded service itself (API + GPU workers, SQLite + filesystem
 # broker), results written from its winners table; the winners exported as the vLLM wheel, installed
 # apart from kerneltune and self-tested on the same GPU; then the MoE block of one layer.
-set -u
-cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1 KT_DATA_DIR=/tmp/kt KT_LOG_FORMAT=plain
-L=$OUT/run.log
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$L"
-run() { echo "== $(date +%T) $*" >> "$L"; "$@" >> "$L" 2>&1; echo "== exit $? $(date +%T)" >> "$L"; }
+source "$(dirname "$0")/device_lib.sh"
+export KT_LOG_FORMAT=plain
 S=${KT_TUNING_S:-280}
 T='[{"BLOCK_M":16,"BLOCK_N":64,"BLOCK_K":256,"SPLIT_K":4,"num_warps":4,"num_stages":3},{"BLOCK_M":32,"BLOCK_N":64,"BLOCK_K":256,"SPLIT_K":4,"num_warps":4,"num_stages":3},{"BLOCK_M":64,"BLOCK_N":64,"BLOCK_K":256,"SPLIT_K":4,"num_warps":4,"num_stages":3},{"BLOCK_M":16,"BLOCK_N":32,"BLOCK_K":256,"SPLIT_K":1,"num_warps":4,"num_stages":3},{"BLOCK_M":32,"BLOCK_N":32,"BLOCK_K":256,"SPLIT_K":1,"num_warps":4,"num_stages":3},{"BLOCK_M":64,"BLOCK_N":32,"BLOCK_K":256,"SPLIT_K":1,"num_warps":4,"num_stages":3}]'
 # at most 8 files come back: the .md tables are rebuilt here from the JSON, so they go at once
-pr() { run timeout "$1" python3 bench/pipeline_runs.py --parallel 8 --timeout 90 --out "$OUT" "${@:2}"; rm -f "$OUT"/*.md; }
 # the Triton dense_gemm variant through the worker's evaluation at every batch size (session A's step)
 ONLY_TUNING=${KT_ONLY_TUNING:-0}  # 1: the service tuning, export and self-test alone
-[ "$ONLY_TUNING" = 1 ] || pr 100 --what dense-gemm-triton --variants kernels/variants/triton/dense_gemm_splitk.py --configs "$T"
+[ "$ONLY_TUNING" = 1 ] || pr 100 8 --what dense-gemm-triton --variants kernels/variants/triton/dense_gemm_splitk.py --configs "$T"
 run timeout "$S" python3 bench/service_tuning.py --plan bench/plans/h200_decode.json --hardware h200 \
     --workers "${KT_WORKERS:-6}" --export --budget-s "$(( S - 50 ))" --out "$OUT"
 rm -f "$OUT"/*.md
 tail -20 /tmp/kt-service/logs/worker0.log >> "$L" 2>/dev/null
-for whl in "$OUT"/*.whl; do
-  [ -e "$whl" ] || continue
-  pkg=$(basename "$whl" | cut -d- -f1)
-  run python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/exported "$whl"
-  # from /tmp with only the wheel on the path: the package must run without kerneltune
-  (cd /tmp && PYTHONPATH=/tmp/exported timeout 60 python3 -m "$pkg.selftest") > "$OUT/selftest.txt" 2>&1
-  echo "== selftest exit $?" >> "$L"
-done
+selftest_exported
 # the Triton search landscape (session A's step): every point of a subspace on q_b_proj at M = 1, 16
 LS='{"BLOCK_M":[16],"BLOCK_N":[16,32,64,128],"BLOCK_K":[64,128,256,512],"SPLIT_K":[1,2,4,8],"num_warps":[4],"num_stages":[3],"constraints":["BLOCK_M >= M","BLOCK_M < 2 * M or BLOCK_M == 16","BLOCK_K * SPLIT_K <= K","BLOCK_N <= N","BLOCK_N * BLOCK_K <= 32768","num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * 2 <= 196608"]}'
-[ "$ONLY_TUNING" = 1 ] || pr 90 --what triton-landscape --variants kernels/variants/triton/dense_gemm_splitk.py --space "$LS" --configs all --shapes q_b_proj --batches 1,16 --landscape --min-time 0.1
+[ "$ONLY_TUNING" = 1 ] || pr 90 8 --what triton-landscape --variants kernels/variants/triton/dense_gemm_splitk.py --space "$LS" --configs all --shapes q_b_proj --batches 1,16 --landscape --min-time 0.1
 rm -f "$OUT"/*-triton-landscape.json  # the same rows as the landscape file
 [ "$ONLY_TUNING" = 1 ] || run timeout 60 python3 bench/moe_block.py --batches 1,4,16,64
 grep -E "^== |wrote|job |geomean|export|rror" "$L" | tail -24

@@ -2,13 +2,7 @@
 # Device session C on the lent H200: the two search landscapes (CuTe DSL and Triton dense_gemm on
 # q_b_proj, every point of the space measured once through the worker's evaluation) and the Triton
 # dense_gemm runs on lm_head that session B's time limit cut off. Needs the CuTe DSL wheel (.whl).
-set -u
-cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1 KT_DATA_DIR=/tmp/kt
-L=$OUT/run.log
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$L"
-run() { echo "== $(date +%T) $*" >> "$L"; "$@" >> "$L" 2>&1; echo "== exit $? $(date +%T)" >> "$L"; }
-pr() { run timeout "$1" python3 bench/pipeline_runs.py --parallel "$2" --timeout 90 --out "$OUT" "${@:3}"; rm -f "$OUT"/*.md; }
+source "$(dirname "$0")/device_lib.sh"
 T='[{"BLOCK_M":16,"BLOCK_N":64,"BLOCK_K":256,"SPLIT_K":4,"num_warps":4,"num_stages":3},{"BLOCK_M":32,"BLOCK_N":64,"BLOCK_K":256,"SPLIT_K":4,"num_warps":4,"num_stages":3},{"BLOCK_M":64,"BLOCK_N":64,"BLOCK_K":256,"SPLIT_K":4,"num_warps":4,"num_stages":3},{"BLOCK_M":16,"BLOCK_N":32,"BLOCK_K":256,"SPLIT_K":1,"num_warps":4,"num_stages":3},{"BLOCK_M":32,"BLOCK_N":32,"BLOCK_K":256,"SPLIT_K":1,"num_warps":4,"num_stages":3},{"BLOCK_M":64,"BLOCK_N":32,"BLOCK_K":256,"SPLIT_K":1,"num_warps":4,"num_stages":3}]'
 pr 60 8 --what dense-gemm-triton-lm-head --variants kernels/variants/triton/dense_gemm_splitk.py --configs "$T" --shapes lm_head
 pr 150 12 --what cute-landscape --variants kernels/variants/cute/dense_gemm_warp_gemv.py --configs all --shapes q_b_proj --batches 1,16 --landscape --min-time 0.1

@@ -3,14 +3,7 @@
 # dense_gemm variants through the worker's real evaluation on every K2 TP8 shape at every batch
 # size, the cheat and harness tests on the GPU, and the two search landscapes on q_b_proj.
 # Needs the CuTe DSL wheel (.whl) installed first. Everything lands in $OUT (at most 8 files).
-set -u
-cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1 KT_DATA_DIR=/tmp/kt
-L=$OUT/run.log
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$L"
-run() { echo "== $(date +%T) $*" >> "$L"; "$@" >> "$L" 2>&1; echo "== exit $? $(date +%T)" >> "$L"; }
-# the .md tables are rebuilt from the JSON on the way back: only the JSON travels
-pr() { run timeout "$1" python3 bench/pipeline_runs.py --parallel "$2" --timeout 90 --out "$OUT" "${@:3}"; rm -f "$OUT"/*.md; }
+source "$(dirname "$0")/device_lib.sh"
 T='[{"BLOCK_M":16,"BLOCK_N":64,"BLOCK_K":256,"SPLIT_K":4,"num_warps":4,"num_stages":3},{"BLOCK_M":32,"BLOCK_N":64,"BLOCK_K":256,"SPLIT_K":4,"num_warps":4,"num_stages":3},{"BLOCK_M":64,"BLOCK_N":64,"BLOCK_K":256,"SPLIT_K":4,"num_warps":4,"num_stages":3},{"BLOCK_M":16,"BLOCK_N":32,"BLOCK_K":256,"SPLIT_K":1,"num_warps":4,"num_stages":3},{"BLOCK_M":32,"BLOCK_N":32,"BLOCK_K":256,"SPLIT_K":1,"num_warps":4,"num_stages":3},{"BLOCK_M":64,"BLOCK_N":32,"BLOCK_K":256,"SPLIT_K":1,"num_warps":4,"num_stages":3}]'
 pr "${KT_D_DENSE_S:-130}" 10 --what dense-gemm-triton --variants kernels/variants/triton/dense_gemm_splitk.py --configs "$T"
 pr "${KT_D_CUTE_S:-110}" 10 --what dense-gemm-cute --variants kernels/variants/cute/dense_gemm_warp_gemv.py --configs default

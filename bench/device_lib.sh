@@ -1,0 +1,23 @@
+# Shared by the device session scripts (bench/h200_session_*.sh): sourced, not run.
+# Sets up the log under $OUT and gives run (a logged step), pr (pipeline_runs with its table
+# dropped: the device returns at most 8 files, the .md is rebuilt here by bench/render_tables.py)
+# and selftest_exported (install each exported wheel apart from kerneltune and run its self-test).
+set -u
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PYTHONUNBUFFERED=1 KT_DATA_DIR=/tmp/kt
+L=$OUT/run.log
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$L"
+run() { echo "== $(date +%T) $*" >> "$L"; "$@" >> "$L" 2>&1; echo "== exit $? $(date +%T)" >> "$L"; }
+# pr LIMIT_S PARALLEL pipeline_runs-args...
+pr() { run timeout "$1" python3 bench/pipeline_runs.py --parallel "$2" --timeout 90 --out "$OUT" "${@:3}"; rm -f "$OUT"/*.md; }
+selftest_exported() {
+  local whl pkg
+  for whl in "$OUT"/*.whl; do
+    [ -e "$whl" ] || continue
+    pkg=$(basename "$whl" | cut -d- -f1)
+    run python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/exported "$whl"
+    # from /tmp with only the wheel on the path: the package must run without kerneltune
+    (cd /tmp && PYTHONPATH=/tmp/exported timeout 90 python3 -m "$pkg.selftest") > "$OUT/selftest.txt" 2>&1
+    echo "== selftest exit $?" >> "$L"
+  done
+}
