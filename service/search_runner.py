@@ -6,10 +6,14 @@ every target not yet finished builds the strategy and resumes it from the runs t
 drives all targets in one loop until each stops. DbEvaluator is the Evaluator: ``submit`` creates the
 proposals' runs (linked to the search, with their fidelity) and enqueues them on the hardware queue;
 ``results`` polls the database, where the workers' record_result writes the verdicts.
+
+KT_SEARCH_TRACE=<file>: append one JSON line per submit (asked/committed/enqueued times) and per landed
+proposal (when the driver saw it) -- bench/search_distribution.py times the driver's side with it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -42,6 +46,14 @@ EnqueueFn = Callable[[list[str], str], object]
 def poll_seconds() -> float:
     """How long one collect waits for results before the driver tops rounds up again."""
     return float(os.environ.get("KT_SEARCH_POLL_S") or 0.1)
+
+
+def _trace(event: str, **fields: Any) -> None:
+    path = os.environ.get("KT_SEARCH_TRACE")
+    if not path:
+        return
+    with open(path, "a") as fh:  # one short line per write: appends from threads do not interleave
+        fh.write(json.dumps({"ev": event, **fields}, separators=(",", ":")) + "\n")
 
 
 def outcome_of(p: q.ProposalRuns) -> Outcome:
@@ -98,6 +110,7 @@ class DbEvaluator:
         self.enqueue, self.queued_lease_seconds, self.poll_s = enqueue, queued_lease_seconds, poll_s
 
     def submit(self, proposals: Sequence[Proposal]) -> list[tuple[str, ...]]:
+        t_submit = time.time()
         handles: list[tuple[str, ...]] = [()] * len(proposals)
         shape = self.target["shape"]
         with self.factory() as session:
@@ -111,8 +124,11 @@ class DbEvaluator:
                 for i, run_ids in zip(idx, ids, strict=True):
                     handles[i] = tuple(sorted(run_ids))
             all_ids = [rid for h in handles for rid in h]
+            t_committed = time.time()
             try:
                 self.enqueue(all_ids, self.search.queue)
+                _trace("submit", search=self.search.id, runs=all_ids, t_submit=t_submit, t_committed=t_committed,
+                       t_enqueued=time.time())
             except Exception as exc:  # the runs exist: the sweeper enqueues them once their lease is stale
                 log.warning("search %d: enqueue to %s failed (%s); left for the sweeper", self.search.id,
                             self.search.queue, exc)
@@ -138,6 +154,11 @@ class DbEvaluator:
         if timeout > 0 and not any(o is not None for o in out):
             time.sleep(timeout)  # one look now, one after the wait: the poll rate stays bounded
             out = self._landed(handles)
+        if os.environ.get("KT_SEARCH_TRACE"):
+            now = time.time()
+            for h, o in zip(handles, out):
+                if o is not None:
+                    _trace("landed", search=self.search.id, runs=list(h), t=now)
         return out
 
 
