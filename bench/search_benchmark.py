@@ -221,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         if landscape.meta.source != "measured" and not args.allow_synthetic:
             print(f"skip {path}: source={landscape.meta.source} (pass --allow-synthetic)")
             continue
+        if landscape.meta.notes.startswith("PARTIAL"):  # cut short on the device: only what it measured
+            landscape = landscape.measured_subspace()
+            print(f"{path.name}: partial, {landscape.meta.notes.rsplit('|', 1)[-1].strip()}")
         chosen.append((path, landscape))
     if not chosen:
         print("no landscape to benchmark: record one on a device, or use --make-synthetic --allow-synthetic")
@@ -231,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     for path, landscape in chosen:
         print(f"{path.name}: source={landscape.meta.source}, Ms={landscape.meta.ms}")
         header = {"date": date, "commit": commit, "command": command, "landscape": path.name,
-                  "source": landscape.meta.source, "device": landscape.meta.hardware, "seeds": args.seeds,
+                  "source": landscape.meta.source, "landscape_notes": landscape.meta.notes,
+                  "valid_points": {m: len(landscape.configs(m)) for m in landscape.meta.ms},
+                  "device": landscape.meta.hardware, "seeds": args.seeds,
                   "batch_size": args.batch_size, "within": args.within, "per": args.per,
                   "max_fraction": args.max_fraction}
         rows = benchmark(landscape, args.strategies, args.seeds, args.per, args.within, args.batch_size,

@@ -16,7 +16,7 @@ import datetime as dt
 import json
 import math
 import os
-import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -203,7 +203,10 @@ def main() -> None:
     (out / f"{stem}.json").write_text(json.dumps({**header, "summary": summary, "winners": winners,
                                                   "leaderboard": board}, indent=1, default=str))
     (out / f"{stem}.md").write_text(markdown(header, summary))
-    shutil.copy(data_dir / "kerneltune.db", out / f"{stem}.sqlite")
+    # Through SQLite's backup API: a plain file copy misses what is still in the WAL (seen on the
+    # H200: the copied file showed finished jobs as queued).
+    with sqlite3.connect(data_dir / "kerneltune.db") as src, sqlite3.connect(out / f"{stem}.sqlite") as dst:
+        src.backup(dst)
     print(markdown(header, summary))
 
 

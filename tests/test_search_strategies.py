@@ -190,3 +190,21 @@ def test_transfer_evaluates_seeds_first_nearest_first(landscape: Landscape) -> N
     assert [p.config for p in evaluator.submitted[:3]] == [s.config for s in seeds]
     assert driver.strategy.skipped_seeds == [invalid]
     assert len(evaluator.submitted) == 20
+
+
+def test_a_partial_landscape_narrows_to_exactly_its_measured_points() -> None:
+    full = synthetic_gemm_landscape(SPACE, DIMS, [1, 8], seed=0)
+    configs = full.configs([1, 8])
+    # a step cut short: some points missing at M=1 only, some at both Ms
+    only_m1 = {ConfigSpace.canonical(c) for c in configs[::3]}
+    both = {ConfigSpace.canonical(c) for c in configs[1::5]}
+    partial = Landscape(full.meta, [r for r in full.records if ConfigSpace.canonical(r.config) not in both
+                                    and not (r.m == 1 and ConfigSpace.canonical(r.config) in only_m1)])
+    narrowed = partial.measured_subspace()
+    kept = {ConfigSpace.canonical(c) for c in configs} - only_m1 - both
+    assert kept and {ConfigSpace.canonical(c) for c in narrowed.configs(1)} == kept
+    assert {ConfigSpace.canonical(c) for c in narrowed.configs(8)} == kept
+    for m in (1, 8):  # every point of the narrowed space answers from a record
+        for c in narrowed.configs(m):
+            narrowed.record(c, m)
+    assert "narrowed" in narrowed.meta.notes and narrowed.meta.source == full.meta.source
