@@ -5,7 +5,22 @@ every target not yet finished builds the strategy and resumes it from the runs t
 (finished proposals are replayed into the strategy, never re-run; in-flight ones are awaited), and
 drives all targets in one loop until each stops. DbEvaluator is the Evaluator: ``submit`` creates the
 proposals' runs (linked to the search, with their fidelity) and enqueues them on the hardware queue;
-``results`` polls the database, where the workers' record_result writes the verdicts.
+``results`` answers from the database, where the workers' record_result writes the verdicts.
+
+One look for the whole search: the targets' evaluators share a LandedRuns, which asks the database which
+of the search's in-flight runs have finished (ids only, one query) every KT_SEARCH_POLL_S; each target
+then loads the rows of its landed proposals only. The loop sleeps one poll per pass, so a result is
+told and its slot refilled within about one poll whatever the number of targets (before: each target
+looked, and slept a poll when nothing of its own had landed, in turn; with runs longer than a poll a
+pass took up to T polls for T targets, and so did noticing a result).
+
+Throughput: with ``batch_size`` = the queue's workers, a worker that finishes a run waits for the
+driver (the poll, the ask, the insert, the broker) before its next run starts: about half a poll on
+average (bench/results/2026-12-03-cpu-search-distribution.md has the breakdown). ``batch_size`` = 2 x
+workers keeps one run queued ahead of each worker, so it starts its next run at once and the driver's
+reaction is hidden behind a run. The price is adaptivity: a model-based strategy (tpe) proposes with
+fewer results told (and more pending points lied about) per proposal; random and exhaustive lose
+nothing.
 
 KT_SEARCH_TRACE=<file>: append one JSON line per submit (asked/committed/enqueued times) and per landed
 proposal (when the driver saw it) -- bench/search_distribution.py times the driver's side with it.
@@ -44,8 +59,49 @@ EnqueueFn = Callable[[list[str], str], object]
 
 
 def poll_seconds() -> float:
-    """How long one collect waits for results before the driver tops rounds up again."""
+    """How often the driver looks for finished runs while none has landed."""
     return float(os.environ.get("KT_SEARCH_POLL_S") or 0.1)
+
+
+FINISHED = ("done", "cancelled")  # terminal: record_result and cancel write a run once
+
+
+class LandedRuns:
+    """Which in-flight runs of one search have finished, for all its targets at once.
+
+    Evaluators ``watch`` the run ids they wait on; ``look`` asks the database which of them are
+    finished (one query on the primary key, ids only) and moves them to ``finished``, where the
+    evaluators pick them up (``take``) and load only those rows."""
+
+    def __init__(self, factory: sessionmaker[Session]) -> None:
+        self.factory = factory
+        self.watching: set[str] = set()
+        self.finished: set[str] = set()
+        self.looks = 0
+
+    def watch(self, run_ids: Sequence[str]) -> None:
+        self.watching.update(rid for rid in run_ids if rid not in self.finished)
+
+    def look(self) -> int:
+        """How many watched runs were newly found finished."""
+        if not self.watching:
+            return 0
+        self.looks += 1
+        with self.factory() as session:
+            done = set(session.scalars(select(Run.id).where(Run.id.in_(list(self.watching)),
+                                                            Run.status.in_(FINISHED))))
+        self.watching -= done
+        self.finished |= done
+        return len(done)
+
+    def wait(self, timeout: float) -> int:
+        """Sleep ``timeout``, then look: the poll rate stays bounded whatever the number of targets."""
+        if timeout > 0:
+            time.sleep(timeout)
+        return self.look()
+
+    def take(self, run_ids: Sequence[str]) -> None:
+        self.finished.difference_update(run_ids)
 
 
 def _trace(event: str, **fields: Any) -> None:
@@ -105,9 +161,10 @@ class DbEvaluator:
     """The Evaluator of one target: proposals become runs in the database, on the hardware queue."""
 
     def __init__(self, factory: sessionmaker[Session], search: Search, target: dict[str, Any], slot: str,
-                 enqueue: EnqueueFn, queued_lease_seconds: float, poll_s: float) -> None:
+                 enqueue: EnqueueFn, queued_lease_seconds: float, landed: LandedRuns | None = None) -> None:
         self.factory, self.search, self.target, self.slot = factory, search, target, slot
-        self.enqueue, self.queued_lease_seconds, self.poll_s = enqueue, queued_lease_seconds, poll_s
+        self.enqueue, self.queued_lease_seconds = enqueue, queued_lease_seconds
+        self.landed = landed or LandedRuns(factory)
 
     def submit(self, proposals: Sequence[Proposal]) -> list[tuple[str, ...]]:
         t_submit = time.time()
@@ -124,6 +181,7 @@ class DbEvaluator:
                 for i, run_ids in zip(idx, ids, strict=True):
                     handles[i] = tuple(sorted(run_ids))
             all_ids = [rid for h in handles for rid in h]
+            self.landed.watch(all_ids)
             t_committed = time.time()
             try:
                 self.enqueue(all_ids, self.search.queue)
@@ -135,25 +193,31 @@ class DbEvaluator:
                 runs_q.mark_enqueue_failed(session, all_ids)
         return handles  # type: ignore[return-value]
 
-    def _landed(self, handles: Sequence[tuple[str, ...]]) -> list[Outcome | None]:
-        with self.factory() as session:
-            runs = {r.id: r for r in q.runs_by_ids(session, [rid for h in handles for rid in h])}
-        out: list[Outcome | None] = []
-        for h in handles:
-            rows = [runs[rid] for rid in h if rid in runs]
-            if len(rows) != len(h) or not all(r.status in ("done", "cancelled") for r in rows):
-                out.append(None)
-                continue
-            first = rows[0]
-            out.append(outcome_of(q.ProposalRuns(fidelity=first.fidelity, config=dict(first.config),
-                                                 config_key=first.config_key, runs=rows)))
-        return out
+    def _ready(self, handles: Sequence[tuple[str, ...]]) -> list[bool]:
+        return [bool(h) and all(rid in self.landed.finished for rid in h) for h in handles]
 
     def results(self, handles: Sequence[Any], timeout: float) -> list[Outcome | None]:
-        out = self._landed(handles)
-        if timeout > 0 and not any(o is not None for o in out):
-            time.sleep(timeout)  # one look now, one after the wait: the poll rate stays bounded
-            out = self._landed(handles)
+        """Outcomes of the proposals whose runs LandedRuns saw finished. The service's loop looks once per
+        pass for all targets and calls this with timeout 0; a positive timeout (a lone driver) sleeps it
+        and looks when none of these handles has landed."""
+        self.landed.watch([rid for h in handles for rid in h])
+        ready = self._ready(handles)
+        if not any(ready) and timeout > 0:
+            self.landed.wait(timeout)
+            ready = self._ready(handles)
+        out: list[Outcome | None] = [None] * len(handles)
+        if any(ready):
+            ids = [rid for h, r in zip(handles, ready) if r for rid in h]
+            with self.factory() as session:
+                runs = {r.id: r for r in q.runs_by_ids(session, ids)}  # only the landed proposals' rows
+            for i, h in enumerate(handles):
+                rows = [runs[rid] for rid in h if rid in runs]
+                if not ready[i] or len(rows) != len(h) or not all(r.status in FINISHED for r in rows):
+                    continue
+                first = rows[0]
+                out[i] = outcome_of(q.ProposalRuns(fidelity=first.fidelity, config=dict(first.config),
+                                                   config_key=first.config_key, runs=rows))
+                self.landed.take(h)
         if os.environ.get("KT_SEARCH_TRACE"):
             now = time.time()
             for h, o in zip(handles, out):
@@ -163,7 +227,8 @@ class DbEvaluator:
 
 
 def _resume_target(session: Session, factory: sessionmaker[Session], search: Search, target: dict[str, Any],
-                   space: ConfigSpace, slot: str, enqueue: EnqueueFn, settings: Settings, poll_s: float) -> SearchDriver:
+                   space: ConfigSpace, slot: str, enqueue: EnqueueFn, settings: Settings,
+                   landed: LandedRuns) -> SearchDriver:
     strategy = build_strategy(session, search, target, space)
     proposals = q.target_runs(session, search.id, target["shape_key"], target["ms"])
     done = sorted((p for p in proposals if p.finished), key=lambda p: (p.finished_at or p.created_at, p.config_key))
@@ -173,9 +238,10 @@ def _resume_target(session: Session, factory: sessionmaker[Session], search: Sea
     if finished or in_flight:
         log.info("search %d %s: resuming with %d finished and %d in-flight proposals", search.id, target["label"],
                  len(finished), len(in_flight))
-    evaluator = DbEvaluator(factory, search, target, slot, enqueue, settings.queued_lease_seconds, poll_s)
+    evaluator = DbEvaluator(factory, search, target, slot, enqueue, settings.queued_lease_seconds, landed)
+    # poll_s=0: a target never waits on its own; drive() waits once per pass for all of them.
     return SearchDriver.resume(strategy, evaluator, batch_size=search.batch_size, finished=finished,
-                               in_flight=in_flight, poll_s=poll_s)
+                               in_flight=in_flight, poll_s=0.0)
 
 
 def drive(search_id: int, *, factory: sessionmaker[Session] | None = None, enqueue: EnqueueFn | None = None) -> str:
@@ -191,18 +257,20 @@ def drive(search_id: int, *, factory: sessionmaker[Session] | None = None, enque
         if search is None:
             return "skipped"
     try:
+        landed = LandedRuns(factory)  # one look per pass for every target's in-flight runs
         with factory() as session:
             variant = session.get(Variant, search.variant_id)
             assert variant is not None
             space = ConfigSpace.parse({**variant.config_space, "constraints": variant.constraints})
             drivers = {t["label"]: _resume_target(session, factory, search, t, space, variant.slot, enqueue,
-                                                  settings, poll_s)
+                                                  settings, landed)
                        for t in search.targets if t["label"] not in (search.stop_reasons or {})}
         renew_every = min(lease / 3, 2.0)
         renewed = time.monotonic()
         while drivers:
             for label, driver in list(drivers.items()):
-                if not driver.step():
+                driver.collect(0.0)  # tell what the last look found landed, so the step below refills at once
+                if not driver.step():  # top the round up (its own collect waits for nothing: poll_s=0)
                     reason = driver.stop_reason or "stopped"
                     with factory() as session:
                         q.set_stop_reason(session, search_id, me, label, reason)
@@ -214,6 +282,8 @@ def drive(search_id: int, *, factory: sessionmaker[Session] | None = None, enque
                     if not q.renew_driver(session, search_id, me, lease):
                         return "released"  # cancelled, or another driver took over after a stall
                 renewed = time.monotonic()
+            if drivers:
+                landed.wait(poll_s)  # one sleep and one query for the whole search, whatever its targets
         with factory() as session:
             q.finish_search(session, search_id, me, "done")
         return "done"
