@@ -56,7 +56,15 @@ def make_engine(url: str | None = None, **kwargs: Any) -> Engine:
     u = make_url(url)
     if u.get_backend_name() == "sqlite":
         if u.database and u.database != ":memory:" and not u.database.startswith("file:"):
-            Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            path = Path(u.database).expanduser()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Owner-only (SQLite gives its -wal and -shm files the same mode): it holds token hashes and
+            # every submitted source; no other local user has a reason to read it.
+            path.touch(mode=0o600, exist_ok=True)
+            try:
+                path.chmod(0o600)
+            except PermissionError:
+                pass  # another user's file: theirs to protect
         kwargs.setdefault("connect_args", {}).setdefault("timeout", SQLITE_BUSY_TIMEOUT_MS / 1000)
         engine = create_engine(url, **kwargs)
         event.listen(engine, "connect", _sqlite_pragmas)
