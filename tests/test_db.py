@@ -270,3 +270,14 @@ def test_leaderboard_ranks_passing_runs_per_shape_and_m(session: Session, run_re
     assert [(e.rank, e.run.id) for e in group.entries] == [(1, r[128]), (2, r[64])]
     assert group.m == 1 and group.batch_bucket == "1" and group.entries[0].run.uses_library is True
     assert leaderboard(session, model="deepseek-v3") == []
+
+
+def test_embedded_sqlite_file_is_owner_only(tmp_path) -> None:
+    from db.session import make_engine
+
+    path = tmp_path / "sub" / "kt.db"
+    engine = make_engine(f"sqlite:///{path}")
+    with engine.connect() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (x INTEGER)")
+    engine.dispose()
+    assert path.stat().st_mode & 0o777 == 0o600
