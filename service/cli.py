@@ -44,9 +44,10 @@ def _fmt(v: Any, spec: str = ".2f") -> str:
 # --- starting things -------------------------------------------------------------------------
 
 @app.command()
-def serve(host: str = "127.0.0.1", port: int = 8765) -> None:
+def serve(host: str = "127.0.0.1", port: int = 8765,
+          workers: int = typer.Option(1, min=1, help="API processes (one per core; with PostgreSQL, not SQLite)")) -> None:
     """Run the API server (reads KT_DATABASE_URL, KT_BROKER_URL, KT_DATA_DIR)."""
-    os.execvpe(sys.executable, api_command(host, port), embedded_env(default_data_dir()))
+    os.execvpe(sys.executable, api_command(host, port, workers), embedded_env(default_data_dir()))
 
 
 @app.command()

@@ -31,9 +31,11 @@ def embedded_env(data_dir: Path, extra: dict[str, str] | None = None) -> dict[st
     return env
 
 
-def api_command(host: str, port: int) -> list[str]:
+def api_command(host: str, port: int, workers: int = 1) -> list[str]:
+    # uvicorn picks httptools and uvloop when installed (they are dependencies): the load benchmark's
+    # figures (bench/results/2026-12-02-cpu-load.md) were measured with them
     return [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app", "--host", host,
-            "--port", str(port), "--log-level", "warning"]
+            "--port", str(port), "--log-level", "warning", *(["--workers", str(workers)] if workers > 1 else [])]
 
 
 def worker_command(hardware: str, name: str = "worker") -> list[str]:
