@@ -85,10 +85,21 @@ def wait_quiet(max_load: float | None, timeout_s: float) -> None:
               flush=True)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def control_pid(stack: EmbeddedStack) -> int:
+    return next(p.pid for p in stack.procs if "kt.control" in p.args)
+
+
 def run_once(stack: EmbeddedStack, client: Client, variant_id: int, workers: int, points: int,
              batch_size: int) -> dict[str, Any]:
     procs = [stack.start_worker(100 * workers + i) for i in range(workers)]
     wait_for_workers(workers)  # booting workers (imports) must not be timed as distribution overhead
+    driver_cpu = cpu_seconds(control_pid(stack))
     created = client.post("/v1/searches", {
         "variant_id": variant_id, "deployment": {"spec": "kimi-k2-like", "tp": 8, "batch_sizes": [M]},
         "hardware": "replay", "shapes": ["fused_qkv_a"], "strategy": "random", "budget": {"max_evals": points},
@@ -101,13 +112,15 @@ def run_once(stack: EmbeddedStack, client: Client, variant_id: int, workers: int
         time.sleep(1.0)  # a slow poll: the bench's own GETs must not eat the CPU the stack is measured on
     # The wall time is the database's: search created -> search finished (written by the driver).
     wall = (datetime.fromisoformat(out["finished_at"]) - datetime.fromisoformat(out["created_at"])).total_seconds()
+    driver_cpu = cpu_seconds(control_pid(stack)) - driver_cpu  # the driver's process (a thread pool) over the search
     for p in procs:
         os.killpg(p.pid, signal.SIGTERM)
         p.wait(timeout=30)
         stack.procs.remove(p)
     assert out["state"] == "done", out.get("error")
     return {"workers": workers, "batch_size": batch_size, "search_id": created["id"],
-            "evaluations": out["evaluations"], "wall_s": round(wall, 2), **latencies(stack, created["id"])}
+            "evaluations": out["evaluations"], "wall_s": round(wall, 2), "driver_cpu_s": round(driver_cpu, 2),
+            **latencies(stack, created["id"])}
 
 
 def _ts(x: datetime) -> float:
@@ -163,6 +176,27 @@ def breakdown(rows: list[Any], events: list[dict[str, Any]]) -> dict[str, Any]:
                            "mean_gap_with_run_queued_ahead_s": mean(ahead_gaps)}
     if events:
         out["mean_waiting_gap_parts_s"] = {k: mean(v) for k, v in parts.items()}
+        rtd = sorted(parts["result_to_driver"])
+        if rtd:
+            out["result_to_driver_p50_p90_s"] = [round(rtd[len(rtd) // 2], 4), round(rtd[int(0.9 * (len(rtd) - 1))], 4)]
+        looks = sorted((e for e in events if e["ev"] == "look"), key=lambda e: e["t0"])
+        if len(looks) > 1:  # the driver's looks at the database (LandedRuns): cadence and cost
+            out["looks"] = len(looks)
+            out["mean_look_interval_s"] = mean([b["t0"] - a["t0"] for a, b in zip(looks, looks[1:])])
+            out["mean_look_s"] = mean([e["t1"] - e["t0"] for e in looks])
+            # result -> driver, split at the looks: the run's row was committed after the last look that
+            # missed it started (a lower bound on record_result's own time after its timestamp), then
+            # waited for the look that found it, then for its row to be loaded and told.
+            finished_at = {r.id: _ts(r.finished_at) for r in rows}
+            split = {"commit_lower_bound": [], "wait_for_look": [], "look_to_told": []}
+            for prev, look in zip(looks, looks[1:]):
+                for rid in look["found"]:
+                    if rid in landed and rid in finished_at:
+                        committed = max(finished_at[rid], prev["t0"])
+                        split["commit_lower_bound"].append(committed - finished_at[rid])
+                        split["wait_for_look"].append(look["t1"] - committed)
+                        split["look_to_told"].append(landed[rid] - look["t1"])
+            out["mean_result_to_driver_split_s"] = {k: mean(v) for k, v in split.items()}
         out["mean_insert_s"] = mean([e["t_committed"] - e["t_submit"] for e in submits])
         out["mean_enqueue_s"] = mean([e["t_enqueued"] - e["t_committed"] for e in submits])
         out["submits"] = len(submits)
@@ -296,11 +330,11 @@ def main(argv: list[str] | None = None) -> int:
              f"- stack: {header['stack']}", f"- landscape: {header['landscape']}; each run sleeps {args.delay} s",
              f"- driver poll: KT_SEARCH_POLL_S={header['poll_s']}; warm-up search first: {header['warmup']}",
              "", "| workers | batch size | wall s | ideal s (points x delay / workers) | efficiency | speedup vs 1 "
-             "| overhead per run s | load avg before / after (1 min) |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| overhead per run s | driver CPU s | load avg before / after (1 min) |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     lines += [f"| {r['workers']} | {r['batch_size']} | {r['wall_s']} | {r['ideal_s']} | {r['efficiency']:.0%} "
-              f"| {r['speedup_vs_1']} | {r['overhead_per_run_s']} | {r['loadavg_before'][0]} / {r['loadavg_after'][0]} |"
-              for r in rows]
+              f"| {r['speedup_vs_1']} | {r['overhead_per_run_s']} | {r['driver_cpu_s']} "
+              f"| {r['loadavg_before'][0]} / {r['loadavg_after'][0]} |" for r in rows]
     lines += ["", "Where the workers' time goes, per point (ms; workers x wall / points = delay + the rest): "
               "in a run beyond the delay (claim, replay, result fields), between two runs of a worker, before a "
               "worker's first run (driver pickup, first proposals) and after its last (waiting for the others).", "",
