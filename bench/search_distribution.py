@@ -359,6 +359,19 @@ def main(argv: list[str] | None = None) -> int:
                      f"| {ms(p.get('result_to_driver'))} | {ms(p.get('driver_react'))} | {ms(p.get('insert'))} "
                      f"| {ms(p.get('enqueue'))} | {ms(p.get('broker_to_claim'))} "
                      f"| {b['gaps_with_run_queued_ahead']} / {ms(b['mean_gap_with_run_queued_ahead_s'])} |")
+    lines += ["", "Result -> driver sees it, split at the driver's looks (ms): the run's row was committed after the "
+              "last look that missed it started (a lower bound on record_result's time after its timestamp), "
+              "waited for the look that found it, then for its row to be loaded and told; and the looks themselves.",
+              "", "| workers | batch size | result -> driver p50 / p90 | committed (lower bound) | wait for the look "
+              "| look -> told | looks | mean look interval | mean look |",
+              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        b = r["breakdown"]
+        sp = b.get("mean_result_to_driver_split_s") or {}
+        p50, p90 = b.get("result_to_driver_p50_p90_s") or (None, None)
+        lines.append(f"| {r['workers']} | {r['batch_size']} | {ms(p50)} / {ms(p90)} | {ms(sp.get('commit_lower_bound'))} "
+                     f"| {ms(sp.get('wait_for_look'))} | {ms(sp.get('look_to_told'))} | {b.get('looks', '-')} "
+                     f"| {ms(b.get('mean_look_interval_s'))} | {ms(b.get('mean_look_s'))} |")
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print(f"wrote {stem}.json and .md")
     return 0
