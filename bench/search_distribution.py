@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 from search.landscape import git_commit, synthetic_gemm_landscape  # noqa: E402
 from service.client import Client  # noqa: E402
 from service.embedded import EmbeddedStack  # noqa: E402
+from service.search_runner import poll_seconds  # noqa: E402
 from tests.support.servers import RedisServer, free_port, fresh_pg_database  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -318,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     header = {"date": date, "commit": git_commit(ROOT), "command": command, "machine": machine(),
               "points": args.points, "delay_s": args.delay, "strategy": "random",
               "batch_size": " | ".join(f"{f} x workers" if f > 1 else "= workers" for f in args.batch_factors),
-              "poll_s": os.environ.get("KT_SEARCH_POLL_S") or "0.1 (default)", "warmup": not args.no_warmup,
+              "poll_s": os.environ.get("KT_SEARCH_POLL_S") or f"{poll_seconds()} (default)",
+              "warmup": not args.no_warmup,
               "stack": "API + driver (kt.control, threads) + Redis + PostgreSQL + N replay workers (solo pool)",
               "landscape": "synthetic_gemm_landscape(seed=1), fused_qkv_a 2112x7168, M=16 (roofline model)"}
     args.out.mkdir(parents=True, exist_ok=True)
