@@ -376,11 +376,12 @@ def test_sqlite_disk_full(tiny_disk: Path, tmp_path: Path) -> None:
                             headers=auth_headers(api_token(data_dir, f"sqlite:///{db}")))
         assert http.get("/v1/variants").status_code == 200
         filler = tiny_disk / "filler"
-        with open(filler, "wb") as f:  # take every free block
+        # Unbuffered: a buffered file keeps the bytes of its failed write and raises ENOSPC again
+        # when the with-block closes it (seen in CI: the test failed in its own set-up).
+        with open(filler, "wb", buffering=0) as f:  # take every free block
             try:
                 while True:
                     f.write(b"\0" * 65536)
-                    f.flush()
             except OSError:
                 pass
         before = _count_variants(db)
