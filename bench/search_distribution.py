@@ -308,9 +308,11 @@ def main(argv: list[str] | None = None) -> int:
                       f"{b.get('mean_waiting_gap_parts_s')}, {b['gaps_with_run_queued_ahead']} gaps queued ahead)",
                       flush=True)
     finally:
-        stack.stop()
-        redis.stop()
-        drop()
+        for step in (stack.stop, redis.stop, drop):  # a teardown failure (the shared PostgreSQL restarted)
+            try:                                    # must not lose the measurements
+                step()
+            except Exception as exc:
+                print(f"teardown: {getattr(step, '__name__', step)} failed: {exc}", file=sys.stderr, flush=True)
     for r in rows:
         base = next((x["wall_s"] for x in rows if x["workers"] == 1 and x["batch_factor"] == r["batch_factor"]), None)
         r["speedup_vs_1"] = round(base / r["wall_s"], 2) if base else None
