@@ -20,7 +20,9 @@ def dialect_insert(bind: Session | Connection) -> Any:
     return insert
 
 
-def insert_ignore(session: Session, model: type[DeclarativeBase], values: dict[str, Any], keys: list[str]) -> None:
-    """INSERT ... ON CONFLICT DO NOTHING: concurrent writers of the same key neither fail nor duplicate."""
+def insert_ignore(session: Session, model: type[DeclarativeBase], values: dict[str, Any], keys: list[str]) -> bool:
+    """INSERT ... ON CONFLICT DO NOTHING: concurrent writers of the same key neither fail nor duplicate.
+    Whether this call inserted the row."""
     insert = dialect_insert(session)
-    session.execute(insert(model).values(**values).on_conflict_do_nothing(index_elements=keys))
+    res = session.execute(insert(model).values(**values).on_conflict_do_nothing(index_elements=keys))
+    return res.rowcount == 1

@@ -29,7 +29,7 @@ from sqlalchemy import Select, and_, bindparam, case, literal, select, tuple_
 from sqlalchemy.orm import Session, aliased, selectinload
 
 from db.models import NON_FAILING_VERDICTS, Run, Winner, utcnow
-from db.queries.common import dialect_insert
+from db.queries.common import insert_ignore
 from kernels.deployment import BATCH_BUCKETS
 
 
@@ -96,13 +96,11 @@ def _lock_winner(session: Session, key: dict[str, str], shape_name: str, now: da
     winner one after the other, the second seeing the first's committed result (its statements run
     after the lock is granted, on a fresh snapshot under READ COMMITTED). SQLite already serialises
     writers."""
-    insert = dialect_insert(session)
-    res = session.execute(insert(Winner).values(**key, shape_name=shape_name, run_id=None, is_stock=True,
-                                                updated_at=now)
-                          .on_conflict_do_nothing(index_elements=list(key)))
+    created = insert_ignore(session, Winner, dict(key, shape_name=shape_name, run_id=None, is_stock=True,
+                                                  updated_at=now), list(key))
     winner = session.scalars(select(Winner).filter_by(**key).with_for_update()
                              .execution_options(populate_existing=True)).one()
-    return winner, res.rowcount == 1
+    return winner, created
 
 
 def _set(winner: Winner, best: Run | None, shape_name: str, now: datetime) -> None:
