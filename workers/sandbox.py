@@ -41,11 +41,9 @@ from typing import Any, Callable
 from workers.fingerprint import read_bandwidth_cache, store_bandwidth
 from workers.gpu_lock import lock_dir
 from workers.protocol import RunResult, RunSpec, SandboxInfo, Verdict
-from workers.zygote import ForkedChild, ZygoteClient, ZygoteUnavailable
+from workers.zygote import CLONE_NEWNET, PR_SET_PDEATHSIG, ForkedChild, ZygoteClient, ZygoteUnavailable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CLONE_NEWNET = 0x40000000
-PR_SET_PDEATHSIG = 1
 ENV_NAMES = ("PATH", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "LANG", "LC_ALL", "TZ")
 ENV_PREFIXES = ("TRITON_", "CUTE_DSL_")
 _SECRETISH = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|_URL$|_DSN$", re.I)

@@ -41,11 +41,11 @@ class CudaGraphTimer:
                             runs[name](i)
             torch.cuda.current_stream().wait_stream(side)
             torch.cuda.synchronize()
-            # A trusted baseline that syncs with the host is replayed as the same R calls issued
-            # eagerly (host syncs included: that is how it runs); a failed capture would poison the
-            # context for everything after it, so it is never attempted.
-            # One pass over the sets per eager replay: its calls take milliseconds, not microseconds.
-            graphs = {name: (_EagerCalls(runs[name], n_sets, n_sets) if name in eager
+            # A trusted baseline that syncs with the host is issued eagerly, one pass over the sets per
+            # "replay" (host syncs included: that is how it runs; its calls take milliseconds, so one
+            # pass is enough); a failed capture would poison the context for everything after it, so
+            # it is never attempted.
+            graphs = {name: (_EagerPass(runs[name], n_sets) if name in eager
                              else self._capture(name, runs[name], calls, n_sets)) for name in names}
             per_replay = {name: n_sets if name in eager else calls for name in names}
             for name in names:
@@ -78,12 +78,12 @@ class CudaGraphTimer:
         return graph
 
 
-class _EagerCalls:
-    """The replay() of a graph that could not be captured: the same calls, issued one by one."""
+class _EagerPass:
+    """The replay() of a graph that could not be captured: one call per set, issued one by one."""
 
-    def __init__(self, run: RunFn, calls: int, n_sets: int):
-        self.run, self.calls, self.n_sets = run, calls, n_sets
+    def __init__(self, run: RunFn, n_sets: int):
+        self.run, self.n_sets = run, n_sets
 
     def replay(self) -> None:
-        for j in range(self.calls):
-            self.run(j % self.n_sets)
+        for i in range(self.n_sets):
+            self.run(i)
