@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         if landscape.meta.source != "measured" and not args.allow_synthetic:
             print(f"skip {path}: source={landscape.meta.source} (pass --allow-synthetic)")
             continue
-        if landscape.meta.notes.startswith("PARTIAL"):  # cut short on the device: only what it measured
+        if not landscape.is_complete():  # cut short on the device: only what it measured
             landscape = landscape.measured_subspace()
             print(f"{path.name}: partial, {landscape.meta.notes.rsplit('|', 1)[-1].strip()}")
         chosen.append((path, landscape))

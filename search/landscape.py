@@ -94,26 +94,37 @@ class Landscape:
     def space(self) -> ConfigSpace:
         return ConfigSpace.parse(self.meta.space)
 
+    def _coverage(self) -> tuple[dict[int, set[str]], dict[int, set[str]]]:
+        """Per M, the canonical keys of the valid configs and of the configs with a record."""
+        valid = {m: {ConfigSpace.canonical(c) for c in self.configs(m)} for m in self.meta.ms}
+        have = {m: {ConfigSpace.canonical(r.config) for r in self.records if r.m == m} for m in self.meta.ms}
+        return valid, have
+
+    def is_complete(self) -> bool:
+        """Every valid point measured at every M (a step cut short on the device leaves some out)."""
+        valid, have = self._coverage()
+        return all(valid[m] <= have[m] for m in self.meta.ms)
+
     def measured_subspace(self) -> "Landscape":
         """A landscape cut short on the device (some valid points never measured) narrowed to a space
         of exactly the points it holds at every M: value lists keep only measured values, and one
         constraint per missing point excludes it. Its meta says so; the records are unchanged."""
-        space = self.space()
-        full = {m: {ConfigSpace.canonical(c) for c in self.configs(m)} for m in self.meta.ms}
-        have = {m: {ConfigSpace.canonical(r.config) for r in self.records if r.m == m} for m in self.meta.ms}
-        keep = set.intersection(*(have[m] & full[m] for m in self.meta.ms))
+        valid_at, have = self._coverage()
+        keep = set.intersection(*(have[m] & valid_at[m] for m in self.meta.ms))
+        valid = self.configs(self.meta.ms[0])
         if not keep:
             raise LandscapeError("no config was measured at every M")
-        kept = [c for c in self.configs(self.meta.ms[0]) if ConfigSpace.canonical(c) in keep]
-        values = {name: [v for v in vals if any(c[name] == v for c in kept)] for name, vals in space.params.items()}
+        kept = [c for c in valid if ConfigSpace.canonical(c) in keep]
+        values = {name: [v for v in vals if any(c[name] == v for c in kept)]
+                  for name, vals in self.space().params.items()}
         narrowed = {**values, "constraints": list(self.meta.space.get("constraints", []))}
-        for c in self.configs(self.meta.ms[0]):
+        for c in valid:
             if ConfigSpace.canonical(c) not in keep and all(c[n] in values[n] for n in values):
                 narrowed["constraints"].append("not (" + " and ".join(f"{n} == {c[n]!r}" for n in sorted(c)) + ")")
         meta = self.meta.model_copy(update={
             "space": narrowed,
             "notes": (self.meta.notes + f" | narrowed to the {len(keep)} points measured at every M "
-                      f"(of {len(full[self.meta.ms[0]])} valid): search/landscape.py measured_subspace").strip(" |")})
+                      f"(of {len(valid)} valid): search/landscape.py measured_subspace").strip(" |")})
         return Landscape(meta, [r for r in self.records if ConfigSpace.canonical(r.config) in keep])
 
     def shape_for(self, ms: int | Sequence[int]) -> dict[str, Any]:

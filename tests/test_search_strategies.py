@@ -200,7 +200,9 @@ def test_a_partial_landscape_narrows_to_exactly_its_measured_points() -> None:
     both = {ConfigSpace.canonical(c) for c in configs[1::5]}
     partial = Landscape(full.meta, [r for r in full.records if ConfigSpace.canonical(r.config) not in both
                                     and not (r.m == 1 and ConfigSpace.canonical(r.config) in only_m1)])
+    assert full.is_complete() and not partial.is_complete()
     narrowed = partial.measured_subspace()
+    assert narrowed.is_complete()
     kept = {ConfigSpace.canonical(c) for c in configs} - only_m1 - both
     assert kept and {ConfigSpace.canonical(c) for c in narrowed.configs(1)} == kept
     assert {ConfigSpace.canonical(c) for c in narrowed.configs(8)} == kept
