@@ -12,14 +12,12 @@ the AOT compile tests run in-process with the interpreter off.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 import torch
+from support.interpreted import interpreted_results, run_cases
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VARIANTS = ROOT / "kernels" / "variants" / "triton"
@@ -216,11 +214,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def interpreted():
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=900)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
-    return json.loads(lines[-1])
+    return interpreted_results(__file__)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -274,12 +268,4 @@ def test_compile_ptx_deepseek_v3_router_separate():
 
 
 if __name__ == "__main__":  # the child process: TRITON_INTERPRET=1 was set before triton's import
-    import traceback
-    results = {}
-    for case, (fn, args) in CASES.items():
-        try:
-            fn(*args)
-            results[case] = "ok"
-        except Exception:  # report, keep going
-            results[case] = traceback.format_exc()[-3000:]
-    print(json.dumps(results))
+    run_cases(CASES)
