@@ -124,6 +124,9 @@ def main() -> None:
                         source_hash=source_hash(source), config=config, shape=shape.to_json(), m=m,
                         device=args.device, seed=rng.randrange(2**31), timeout_s=args.timeout,
                         declares_library=uses_library, bench=BenchSettings(min_time_s=args.min_time))))
+    if args.landscape:
+        # A step cut by its time limit then leaves a uniform sample of the space, not its first corner.
+        rng.shuffle(jobs)
     fingerprint: dict[str, Any] = {}
     data_dir = Path(args.data_dir)
     # Several evaluations at once compile and check side by side; workers/gpu_lock.py gives each

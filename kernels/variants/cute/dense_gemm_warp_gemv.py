@@ -26,9 +26,11 @@ import cutlass.cute as cute
 from cutlass.cute.runtime import make_ptr
 
 CONFIG_SPACE = {
-    "ROWS_PER_WARP": [1, 2, 4],
-    "WARPS_PER_CTA": [4, 8],
-    "UNROLL": [2, 4],
+    # 64 points: wide enough that a search has something to find (fewer warps per CTA means more
+    # CTAs on a small N; more rows per warp means fewer x reloads at larger M).
+    "ROWS_PER_WARP": [1, 2, 4, 8],
+    "WARPS_PER_CTA": [2, 4, 8, 16],
+    "UNROLL": [1, 2, 4, 8],
 }
 # Python expressions over config params and shape dims that a config must satisfy.
 CONSTRAINTS = [
