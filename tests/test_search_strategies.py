@@ -83,6 +83,31 @@ def test_tpe_gets_close_with_a_fraction_of_the_space(landscape: Landscape) -> No
     assert hits >= 3, hits
 
 
+def test_tpe_sees_numeric_parameters_as_ordinals_and_proposes_their_real_values() -> None:
+    """Tile sizes are ordered: Optuna gets each as the index of its value (an integer distribution, so its
+    kernels spread to neighbouring values); a string parameter stays categorical. Proposals carry the
+    real values, typed as declared, and only valid ones."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    space = ConfigSpace.parse({"BLOCK_K": [512, 64, 256, 128], "SPLIT_K": {"pow2": [1, 8]}, "COMBINE": ["pairs", "grouped"],
+                               "constraints": ["BLOCK_K * SPLIT_K <= K"]})
+    strategy = TPESearch(space, {"M": 1, "K": 1024}, budget=Budget(max_evals=40), seed=0, n_startup_trials=3)
+    assert isinstance(strategy.distributions["BLOCK_K"], IntDistribution)
+    assert strategy.distributions["BLOCK_K"].high == 3 and strategy._domains["BLOCK_K"] == [64, 128, 256, 512]
+    assert isinstance(strategy.distributions["SPLIT_K"], IntDistribution)  # 1..8, and 1024 rules out none
+    assert isinstance(strategy.distributions["COMBINE"], CategoricalDistribution)
+    seen = []
+    while proposals := strategy.ask(3):
+        for p in proposals:
+            assert space.is_valid(p.config, {"M": 1, "K": 1024}), p.config
+            assert isinstance(p.config["BLOCK_K"], int) and p.config["COMBINE"] in ("pairs", "grouped")
+            seen.append(p.config)
+            # faster with larger BLOCK_K * SPLIT_K: the model must learn to go there
+            strategy.tell(p, Outcome.success(1000.0 / (p.config["BLOCK_K"] * p.config["SPLIT_K"]), cost_s=1.0))
+    assert len(seen) == len({ConfigSpace.canonical(c) for c in seen})
+    assert strategy.best()[0]["BLOCK_K"] * strategy.best()[0]["SPLIT_K"] == 1024
+
+
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_same_seed_same_search_other_seed_other_search(landscape: Landscape, name: str) -> None:
     sequences = []

@@ -1,6 +1,9 @@
 """Tree-structured Parzen estimator search through Optuna's TPESampler (ask/tell interface).
 
-Each parameter is a categorical distribution over the values that occur in at least one valid point.
+A numeric parameter (tile sizes, split-K, warps, stages) is an ordinal: Optuna sees the index of its value
+in the sorted list of values that occur in at least one valid point, as an integer distribution, so the
+Parzen estimator's kernels carry over to neighbouring values (BLOCK_K 256 says something about 512);
+as a categorical, each value would be learnt alone. Any other parameter is categorical.
 Optuna knows nothing of the constraints, so it may propose an invalid combination: that trial is told
 PRUNED at once and never leaves this module (no evaluation is spent on it). Optuna puts pruned trials
 without intermediate values in its "bad" group, so it learns to avoid the invalid region.
@@ -14,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna.distributions import CategoricalDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import Trial, TrialState, create_trial
 
 from search.space import Config, ConfigSpace
@@ -37,10 +40,17 @@ class TPESearch(SearchStrategy):
         evaluated before anything Optuna proposes (transfer seeds)."""
         super().__init__(space, shape, budget=budget, seed=seed, limits=limits)
         self.max_model_asks = max_model_asks
-        self.distributions = {
-            name: CategoricalDistribution([v for v in domain if any(c[name] == v and type(c[name]) is type(v)
-                                                                    for c in self.valid_points)])
+        self._domains: dict[str, list[Any]] = {
+            name: [v for v in domain if any(c[name] == v and type(c[name]) is type(v) for c in self.valid_points)]
             for name, domain in space.params.items()
+        }
+        self._ordinal = {name for name, values in self._domains.items()
+                         if len(values) > 1 and all(_is_number(v) for v in values)}
+        for name in self._ordinal:
+            self._domains[name].sort()
+        self.distributions: dict[str, BaseDistribution] = {
+            name: IntDistribution(0, len(values) - 1) if name in self._ordinal else CategoricalDistribution(values)
+            for name, values in self._domains.items()
         }
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -60,11 +70,17 @@ class TPESearch(SearchStrategy):
         self.fallback_proposals = 0
 
     def _config_of(self, trial: Trial) -> Config:
-        return {name: trial.params[name] for name in self.space.params}
+        return {name: self._domains[name][trial.params[name]] if name in self._ordinal else trial.params[name]
+                for name in self.space.params}
+
+    def _encode(self, config: Config) -> dict[str, Any]:
+        """Optuna's params for a config: an ordinal parameter's index in its sorted values."""
+        return {name: self._domains[name].index(config[name]) if name in self._ordinal else config[name]
+                for name in self.space.params}
 
     def _ask_fixed(self, config: Config) -> Trial:
         """A trial with given params, so Optuna's model knows the point is being evaluated."""
-        self.study.enqueue_trial(config)
+        self.study.enqueue_trial(self._encode(config))
         trial = self.study.ask(self.distributions)
         assert self._config_of(trial) == config, (self._config_of(trial), config)
         return trial
@@ -132,9 +148,13 @@ class TPESearch(SearchStrategy):
             self._on_tell(proposal, outcome)
             return
         self.study.add_trial(create_trial(
-            params=dict(proposal.config), distributions=self.distributions,
+            params=self._encode(proposal.config), distributions=self.distributions,
             value=outcome.value_us if outcome.ok else None,
             state=TrialState.COMPLETE if outcome.ok else TrialState.PRUNED))
 
     def _on_mark_pending(self, proposal: Proposal) -> None:
         self._waiting[proposal.key] = [self._ask_fixed(dict(proposal.config))]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
