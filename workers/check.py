@@ -11,6 +11,7 @@ scrubs it. Steps (DESIGN.md, "Evaluation protocol"):
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -58,13 +59,63 @@ def _cpu(ts: Tensors) -> Tensors:
     return {k: t.detach().to("cpu", copy=True) for k, t in ts.items()}
 
 
+# Inputs at least this large are digested where they live (see _linear_digest) instead of being
+# copied to the host and hashed there: a 4.2 GB MoE weight set took seconds per hash, hashed ~14
+# times per run (session H on the H200: every moe_experts run past its 90 s limit).
+DEVICE_DIGEST_MIN_BYTES = 16 << 20
+_DIGEST_WORDS = 1 << 24  # int32 words per chunk: two int64 temporaries of 128 MiB each
+
+
 def hash_tensors(ts: Tensors) -> str:
     h = hashlib.blake2b(digest_size=16)
     for name in sorted(ts):
         t = ts[name].detach()
         h.update(f"{name}{tuple(t.shape)}{t.stride()}{t.dtype}".encode())
-        h.update(t.to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+        nbytes = t.numel() * t.element_size()
+        if nbytes >= DEVICE_DIGEST_MIN_BYTES and nbytes % 4 == 0:
+            h.update(_linear_digest(t))
+        else:
+            h.update(t.to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
+
+
+def _coefficient_source() -> Callable[[torch.device], torch.Tensor]:
+    """Two rows of odd random int64, the same for every digest of this process, from a seed drawn from
+    the OS. Regenerated on each call from the seed held in this closure, not kept as a tensor or as
+    module data: a variant could zero a cached tensor in place, and workers.tamper fingerprints the
+    module's data, which a lazily filled cache would trip."""
+    seed = int.from_bytes(os.urandom(8), "little") >> 1
+
+    def coefficients(device: torch.device) -> torch.Tensor:
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed)
+        return torch.randint(-(2**62), 2**62, (2, _DIGEST_WORDS), generator=gen, device=device,
+                             dtype=torch.int64) | 1
+    return coefficients
+
+
+_coefficients = _coefficient_source()
+
+
+def _linear_digest(t: torch.Tensor) -> bytes:
+    """sum_i c_i * w_i mod 2**64 over the tensor's 32-bit words w_i, twice with independent random odd
+    c_i, chunk sums weighted by their position: any change of one word changes both sums (c_i is odd,
+    so c_i * delta is never 0 mod 2**64), several changes cancel with probability ~2**-128. Runs on the
+    tensor's device; only 16 bytes come back."""
+    words = t.contiguous().reshape(-1).view(torch.uint8).view(torch.int32)
+    coeffs = _coefficients(t.device)
+    total = torch.zeros(2, dtype=torch.int64, device=t.device)
+    for chunk, start in enumerate(range(0, words.numel(), _DIGEST_WORDS)):
+        w = words[start:start + _DIGEST_WORDS].to(torch.int64)
+        part = (coeffs[:, :w.numel()] * w).sum(dim=1)  # int64 arithmetic wraps mod 2**64
+        total += part * _odd_constant(chunk)
+    return b"".join(int(v).to_bytes(8, "little", signed=True) for v in total.tolist())
+
+
+def _odd_constant(i: int) -> int:
+    """An odd int64 per chunk position (golden-ratio multiplicative hash), so swapping chunks shows."""
+    v = ((i + 1) * 0x9E3779B97F4A7C15) & (2**64 - 1) | 1
+    return v - 2**64 if v >= 2**63 else v
 
 
 def scrub(ts: Tensors) -> None:
