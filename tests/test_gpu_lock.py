@@ -61,3 +61,35 @@ def test_no_directory_means_no_locking() -> None:
     lock = DeviceLock(None)
     with lock.exclusive(), lock.exclusive():  # would deadlock if it locked
         pass
+
+
+def test_the_wait_log_records_time_spent_queued_and_a_wait_in_progress(tmp_path: Path) -> None:
+    from workers.gpu_lock import read_wait_log
+
+    d = lock_dir(tmp_path, "cuda:0")
+    log = tmp_path / "wait"
+    holder, waiter = DeviceLock(d), DeviceLock(d, wait_log=log)
+    assert read_wait_log(log) == 0.0
+    with waiter.shared():  # free: no measurable wait
+        pass
+    assert read_wait_log(log) < 0.05
+    ctx = mp.get_context("fork")
+    with holder.exclusive():
+        p = ctx.Process(target=lambda: waiter.shared().__enter__())
+        p.start()
+        time.sleep(0.6)
+        in_progress = read_wait_log(log)  # the child is still blocked: counted up to now
+        assert 0.4 < in_progress < 5, in_progress
+    p.join(5)
+    assert p.exitcode == 0
+    done = read_wait_log(log)  # finished waiting: the total stops growing
+    time.sleep(0.2)
+    assert done == read_wait_log(log) and done >= in_progress
+
+
+def test_an_unreadable_or_forged_log_counts_as_no_wait(tmp_path: Path) -> None:
+    from workers.gpu_lock import read_wait_log
+
+    assert read_wait_log(tmp_path / "missing") == 0.0
+    (tmp_path / "junk").write_text("lots of time")
+    assert read_wait_log(tmp_path / "junk") == 0.0

@@ -67,7 +67,8 @@ def main(result_fd: int | None = None) -> None:
 
     spec = RunSpec.model_validate(handshake["spec"])
     result = run_in_child(spec, ChildEnv(workdir=os.getcwd(), bandwidth_cache=handshake.get("bandwidth_cache", {}),
-                                             device_lock=handshake.get("device_lock")))
+                                             device_lock=handshake.get("device_lock"),
+                                             lock_wait_log=handshake.get("lock_wait_log")))
     _write_frame(out_fd, token, result.model_dump_json().encode())
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -56,6 +56,7 @@ class ChildEnv:
     workdir: str
     bandwidth_cache: dict[str, Any] = field(default_factory=dict)
     device_lock: str | None = None  # workers/gpu_lock.py: None when this run has the device to itself
+    lock_wait_log: str | None = None  # where the lock records its waits for the worker's clock
 
 
 def derive_seed(base: int, label: str) -> int:
@@ -98,7 +99,7 @@ def run_in_child(spec: RunSpec, env: ChildEnv) -> RunResult:
         fp = fingerprint(device, torch.get_num_threads())
         key = bandwidth_key(fp)
         cached = env.bandwidth_cache.get(key, {}).get("bandwidth_gbs")
-        lock = DeviceLock(env.device_lock)  # opened before the seal: the variant never opens it
+        lock = DeviceLock(env.device_lock, env.lock_wait_log)  # opened before the seal: the variant never opens it
         if cached:
             bandwidth = float(cached)
         else:

@@ -114,6 +114,7 @@ class SandboxInfo(BaseModel):
     exit_code: int | None = None
     signal: str | None = None
     limits: dict[str, int] = Field(default_factory=dict)
+    lock_wait_s: float = Field(default=0.0, description="time the child waited for the device lock (not counted against its limit)")
     stdout: str = ""
     stderr: str = ""
 

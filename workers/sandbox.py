@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from workers.fingerprint import read_bandwidth_cache, store_bandwidth
-from workers.gpu_lock import lock_dir
+from workers.gpu_lock import lock_dir, read_wait_log
 from workers.protocol import RunResult, RunSpec, SandboxInfo, Verdict
 from workers.zygote import CLONE_NEWNET, PR_SET_PDEATHSIG, ForkedChild, ZygoteClient, ZygoteUnavailable
 
@@ -51,6 +51,8 @@ LOG_HEAD, LOG_TAIL = 4 << 10, 12 << 10
 MAX_RESULT_BYTES = 64 << 20
 KILL_GRACE_S = 5.0
 KILL_WAIT_S = 30.0  # for a SIGKILLed child's exit status
+LOCK_WAIT_LOG = "device-lock-wait"  # in the run's workdir: workers/gpu_lock.py writes it
+LOCK_WAIT_CAP = 3.0  # a run's limit grows by its device-lock waits, up to this many times the limit
 STACK_DUMP_WAIT_S = 1.0  # for a timed-out child's faulthandler dump
 DEFAULT_FSIZE_MB = 2048  # RLIMIT_FSIZE per file; KT_SANDBOX_FSIZE_MB overrides
 NPROC_HEADROOM = 512
@@ -339,6 +341,7 @@ def _evaluate(spec: RunSpec, data_dir: Path, started: datetime) -> RunResult:
     handshake = json.dumps({"spec": spec.model_dump(mode="json"), "token": token.hex(),
                             "bandwidth_cache": read_bandwidth_cache(data_dir),
                             "device_lock": str(lock_dir(data_dir, spec.device)),
+                            "lock_wait_log": os.path.join(workdir, LOCK_WAIT_LOG),
                             "filesystem": {"protected": [str(data_dir)], "writable": [workdir, str(cache)]}}).encode()
     pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, result: (read, write)
     child_ends = (pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1])
@@ -359,7 +362,7 @@ def _evaluate(spec: RunSpec, data_dir: Path, started: datetime) -> RunResult:
             t.start()
         threading.Thread(target=_feed, args=(our_ends[0], handshake), daemon=True).start()
         fed = True  # the feeder closes the stdin end
-        timed_out = not child.wait(spec.timeout_s)
+        timed_out, lock_wait = _wait_for(child, spec.timeout_s, t0, os.path.join(workdir, LOCK_WAIT_LOG))
         if timed_out:
             _dump_stacks(child.pid)
             _kill_group(child.pid)
@@ -380,6 +383,7 @@ def _evaluate(spec: RunSpec, data_dir: Path, started: datetime) -> RunResult:
     info = SandboxInfo(network_isolated=isolated, exit_code=rc, signal=sig,
                        limits={**{resource_name(k): v for k, v in limits.items()}, MODE_KEY: int(child.zygote)},
                        stdout=out.text(), stderr=err.text())
+    info.lock_wait_s = round(lock_wait, 3)
     result = _verdict(spec, started, timed_out, rc, sig, token, result_reader, info, child.lost)
     result.sandbox = info
     result.child_wall_s = wall
@@ -388,6 +392,22 @@ def _evaluate(spec: RunSpec, data_dir: Path, started: datetime) -> RunResult:
         store_bandwidth(data_dir, result.fingerprint["bandwidth_key"], result.fingerprint["bandwidth_gbs"],
                         result.fingerprint)
     return result
+
+
+def _wait_for(child: _Spawned | _Forked, timeout_s: float, t0: float, wait_log: str) -> tuple[bool, float]:
+    """Wait for the child until ``timeout_s`` of its own time has passed: time it spent queued for the
+    device behind other runs (as its lock recorded it) extends the limit, up to LOCK_WAIT_CAP x the
+    limit, so a slow neighbour does not earn this variant a timeout, and a variant that writes the
+    log itself cannot run for ever. Returns (timed out, seconds waited for the device)."""
+    waited = 0.0
+    while True:
+        left = t0 + timeout_s + waited - time.monotonic()
+        if left > 0 and child.wait(left):
+            return False, read_wait_log(wait_log)
+        now_waited = min(read_wait_log(wait_log), LOCK_WAIT_CAP * timeout_s)
+        if now_waited <= waited + 0.01:
+            return True, read_wait_log(wait_log)
+        waited = now_waited
 
 
 def _dump_stacks(pid: int) -> None:
@@ -460,7 +480,8 @@ def _verdict(spec: RunSpec, started: datetime, timed_out: bool, rc: int | None, 
                     f"the zygote died while the child ran; its result is not trusted\n{stderr_tail}")
     if timed_out:
         where = _stuck_at(info.stderr)
-        return fail(Verdict.timeout, "wall_clock_limit", f"no verdict within {spec.timeout_s:g} s; process group killed"
+        queued = f" (plus {info.lock_wait_s:.1f} s waiting for the device)" if info.lock_wait_s >= 0.1 else ""
+        return fail(Verdict.timeout, "wall_clock_limit", f"no verdict within {spec.timeout_s:g} s{queued}; process group killed"
                     + (f"; it was at:\n{where}" if where else ""))
     raw = bytes(reader.head)
     if not raw:
