@@ -170,6 +170,7 @@ def row_of(vpath: Path, shape_name: str, spec: RunSpec, res: Any) -> dict[str, A
         "bench_s": res.bench.seconds if res.bench else None,
         "check_trials": [t.model_dump() for t in res.check.trials] if res.check else [],
         "child_wall_s": res.child_wall_s, "uses_library": res.uses_library,
+        "lock_wait_s": res.sandbox.lock_wait_s if res.sandbox else None,
     }
     b = res.bench
     if b is not None:
