@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 import workers.check as check
+from evaluation_helpers import REPO, run_cheat, run_source
+from kernels.slots.base import Shape
+from workers.protocol import Verdict
 
 
 @pytest.fixture
@@ -62,3 +67,21 @@ def test_large_tensors_take_the_in_place_digest_and_small_ones_the_bytes(monkeyp
     assert calls == [big.numel()]
     big[-1] = 1.0
     assert check.hash_tensors({"big": big, "small": small}) != before
+
+
+# Weights of 16 MiB (bf16): over DEVICE_DIGEST_MIN_BYTES, so the sandboxed child digests them in place.
+LARGE = Shape("dense_gemm", "large", {"N": 4096, "K": 2048})
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("kt-data")
+
+
+def test_large_inputs_in_a_real_child_honest_passes_and_one_written_weight_is_caught(data_dir: Path) -> None:
+    assert LARGE.dims["N"] * LARGE.dims["K"] * 2 >= check.DEVICE_DIGEST_MIN_BYTES
+    honest = run_source((REPO / "kernels/variants/torch/dense_gemm_matmul.py").read_text(), data_dir, shape=LARGE,
+                        m=2, declares_library=True)
+    assert honest.verdict == Verdict.passed, honest.reason  # the digest path trips neither check nor tamper guard
+    cheat = run_cheat("writes_one_weight", data_dir, shape=LARGE, m=2)
+    assert (cheat.verdict, cheat.reason_code) == (Verdict.rejected, "wrote_inputs"), cheat.reason
