@@ -1,0 +1,227 @@
+"""What the compiler says about the winning kernels: registers, spills, shared memory and theoretical
+occupancy per kernel for sm_90a, from ``ptxas -v`` on the PTX each winner compiles to. No GPU needed.
+
+Reads the winners of H200 service-tuning results files (each lists its jobs' variant files), compiles
+every winner's (variant, config, shape, M) ahead of time exactly as the worker's compile stage does
+(Triton: the variant's ``compile_ptx``; CuTe DSL: the backend's CPU build), runs Triton's bundled
+ptxas on the PTX and writes bench/results/<date>-sm90a-compiler-report.{json,md}.
+
+    python bench/compiler_report.py bench/results/2026-12-03-h200-decode-tuning-{f,h,i}.json
+
+Occupancy is the CUDA occupancy calculator's arithmetic for one SM of an H100/H200-class sm_90
+part: 65,536 registers (allocated per warp in units of 256), 2,048 threads, 32 blocks, 228 KiB of
+shared memory (1 KiB reserved per block). It ignores the grid: a decode GEMV with fewer CTAs than
+SMs is latency-bound whatever its occupancy, which is why the table also gives the CTAs per launch
+where a variant says how it launches (not here: the grid is computed inside each build()).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.util
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from kernels.deployment import Deployment  # noqa: E402
+from kernels.catalogue import get_slot  # noqa: E402
+
+SM90 = {"regs": 65536, "reg_unit": 256, "threads": 2048, "blocks": 32, "warps": 64,
+        "smem": 228 * 1024, "smem_reserved": 1024}
+
+
+def ptxas_path() -> str:
+    """The ptxas Triton itself assembles sm_90 with (it reads the PTX version Triton emits)."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    return str(get_ptxas(90).path)
+
+
+def ptx_of(variant: Path, language: str, config: dict[str, Any], shape: dict[str, Any]) -> str:
+    if language == "triton":
+        spec = importlib.util.spec_from_file_location(f"kt_report_{variant.stem}", variant)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.compile_ptx(dict(config), dict(shape), "sm_90a")
+    if language == "cute":
+        import torch
+
+        from kernels.backends.base import NeedsDevice, load_module
+        from kernels.backends.cute_backend import CuteBackend
+
+        with tempfile.TemporaryDirectory() as tmp:
+            module = load_module(variant.read_text(), f"kt_report_{variant.stem}", os.path.join(tmp, variant.name))
+            try:
+                CuteBackend().build(module, dict(config), dict(shape), torch.device("cpu"))
+            except NeedsDevice as exc:
+                return exc.ptx
+        raise RuntimeError("the CuTe build ran without a GPU and returned no PTX")
+    raise ValueError(f"no AOT compile for {language}")
+
+
+def _threads_per_entry(ptx: str) -> dict[str, int]:
+    """Threads per block from each entry's .maxntid / .reqntid directive (Triton and CuTe emit one)."""
+    out = {}
+    for m in re.finditer(r"\.entry\s+(\w+)", ptx):
+        head = ptx[m.end(): ptx.find("{", m.end())]
+        if n := re.search(r"\.(?:maxntid|reqntid)\s+([\d,\s]+)", head):
+            out[m.group(1)] = math.prod(int(v) for v in n.group(1).replace(" ", "").split(",") if v)
+    return out
+
+
+def ptxas_report(ptx: str) -> list[dict[str, Any]]:
+    """One entry per kernel: registers, spill bytes, static shared memory and threads per block. A
+    variant with several kernels returns their PTX modules one after another: each is assembled alone."""
+    modules = [m for m in re.split(r"(?m)^(?=\.version)", ptx) if ".entry" in m]
+    return [k for module in modules for k in _ptxas_module(module)]
+
+
+def _ptxas_module(ptx: str) -> list[dict[str, Any]]:
+    threads = _threads_per_entry(ptx)
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(ptx)
+        path = f.name
+    try:
+        proc = subprocess.run([ptxas_path(), "-arch=sm_90a", "-v", "-o", os.devnull, path],
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        os.unlink(path)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ptxas failed: {proc.stderr.strip()[:500]}")
+    kernels: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    for line in proc.stderr.splitlines():
+        if m := re.search(r"Compiling entry function '(\w+)'", line):
+            current = {"kernel": m.group(1), "threads": threads.get(m.group(1)), "spill_store_bytes": 0,
+                       "spill_load_bytes": 0, "smem_bytes": 0}
+            kernels.append(current)
+        elif current is not None and (m := re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)):
+            current["spill_store_bytes"], current["spill_load_bytes"] = int(m.group(1)), int(m.group(2))
+        elif current is not None and (m := re.search(r"Used (\d+) registers", line)):
+            current["registers"] = int(m.group(1))
+            if s := re.search(r"(\d+) bytes smem", line):
+                current["smem_bytes"] = int(s.group(1))
+    for k in kernels:
+        k.update(occupancy(k.get("registers"), k.get("threads"), k.get("smem_bytes", 0)))
+    return kernels
+
+
+def occupancy(regs: int | None, threads: int | None, smem: int) -> dict[str, Any]:
+    """Blocks per SM and the fraction of its 64 warp slots; ``smem`` is the static shared memory only
+    (Triton's and CuTe's pipelined tiles are dynamic: their PTX declares an extern array)."""
+    if not regs or not threads:
+        return {"blocks_per_sm": None, "occupancy": None, "limited_by": "unknown (no thread count in the PTX)"}
+    warps = math.ceil(threads / 32)
+    regs_per_warp = math.ceil(regs * 32 / SM90["reg_unit"]) * SM90["reg_unit"]
+    limits = {
+        "registers": SM90["regs"] // (regs_per_warp * warps),
+        "threads": SM90["threads"] // threads,
+        "blocks": SM90["blocks"],
+        "shared memory": SM90["smem"] // (smem + SM90["smem_reserved"]),
+    }
+    blocks = min(limits.values())
+    return {"blocks_per_sm": blocks, "occupancy": round(blocks * warps / SM90["warps"], 3),
+            "limited_by": ", ".join(k for k, v in limits.items() if v == blocks)}
+
+
+def winners_to_compile(results: list[Path]) -> list[dict[str, Any]]:
+    todo: dict[str, dict[str, Any]] = {}
+    for path in results:
+        data = json.loads(path.read_text())
+        files = {j["variant_id"]: j["file"] for j in data["jobs"]}
+        dep = Deployment(**data["plan"]["deployment"])
+        for w in data["winners"]:
+            ev = w.get("evidence")
+            if w["is_stock"] or not ev:
+                continue
+            slot = get_slot(w["slot"])
+            shape = next(s for s in slot.shapes(dep) if s.name == w["shape_name"])
+            item = {"results": path.name, "slot": w["slot"], "shape": w["shape_name"], "bucket": w["batch_bucket"],
+                    "m": ev["m"], "language": ev["language"], "file": files[ev["variant_id"]], "config": ev["config"],
+                    "speedup": ev.get("speedup"), "frac_of_floor": ev.get("frac_of_floor"),
+                    "build_shape": shape.as_build_arg(ev["m"])}
+            todo[json.dumps([item["file"], item["config"], item["build_shape"]], sort_keys=True)] = item
+    return list(todo.values())
+
+
+def library_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name, dist in (("triton", "triton"), ("cutlass_dsl", "nvidia-cutlass-dsl")):
+        try:
+            from importlib.metadata import version
+
+            out[name] = version(dist)
+        except Exception:
+            out[name] = None
+    return out
+
+
+def markdown(header: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    out = [f"# Compiler report for the H200 winners (sm_90a, {header['ptxas']})", "",
+           f"- date: {header['date']}; commit: `{header['commit']}`; command: `{header['command']}`",
+           "- from ptxas -v on the PTX each winner compiles to (no GPU); occupancy per SM from registers, "
+           "threads per block and static shared memory (Triton's and CuTe's pipelined tiles are dynamic "
+           "shared memory and not counted)",
+           f"- compiled here with Triton {header['libraries'].get('triton')} and nvidia-cutlass-dsl "
+           f"{header['libraries'].get('cutlass_dsl')}; the winners were timed on the H200 with the versions in "
+           "their results files (Triton 3.6 there): register counts can differ by compiler version", "",
+           "| slot / shape | M | variant | kernel | threads | regs | spills (st/ld B) | smem B | blocks/SM | occupancy | limited by | speedup | of floor |",
+           "| --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['slot']} / {r['shape']} | {r['m']} | {Path(r['file']).name} | error: {r['error'][:80]} |"
+                       + " |" * 9)
+            continue
+        for k in r["kernels"]:
+            occ = f"{k['occupancy']:.0%}" if k.get("occupancy") is not None else "-"
+            out.append(f"| {r['slot']} / {r['shape']} | {r['m']} | {Path(r['file']).name} | `{k['kernel'][:40]}` | "
+                       f"{k.get('threads') or '-'} | {k.get('registers', '-')} | {k['spill_store_bytes']}/{k['spill_load_bytes']} | "
+                       f"{k['smem_bytes']} | {k.get('blocks_per_sm') or '-'} | {occ} | {k['limited_by']} | "
+                       f"{(r['speedup'] or 0):.2f}x | {(r['frac_of_floor'] or 0):.0%} |")
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", nargs="+", type=Path, help="service-tuning results JSON files")
+    ap.add_argument("--out", type=Path, default=REPO / "bench/results")
+    args = ap.parse_args()
+    os.environ.pop("TRITON_INTERPRET", None)
+    rows = []
+    for item in winners_to_compile(args.results):
+        try:
+            ptx = ptx_of(REPO / item["file"], item["language"], item["config"], item["build_shape"])
+            item["kernels"] = ptxas_report(ptx)
+        except Exception as exc:  # one winner that no longer compiles must not hide the others
+            item["error"] = f"{type(exc).__name__}: {exc}"
+        rows.append(item)
+        print(item["slot"], item["shape"], item["m"], Path(item["file"]).name,
+              item.get("error") or [(k["kernel"][:30], k.get("registers"), k.get("occupancy")) for k in item["kernels"]],
+              flush=True)
+    version = subprocess.run([ptxas_path(), "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-2]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    header = {"what": "kerneltune compiler report", "date": dt.date.today().isoformat(), "commit": commit,
+              "command": " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]), "ptxas": version, "arch": "sm_90a",
+              "libraries": library_versions(),
+              "sm_limits": SM90}
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"{header['date']}-sm90a-compiler-report"
+    stem.with_suffix(".json").write_text(json.dumps({**header, "rows": rows}, indent=1) + "\n")
+    stem.with_suffix(".md").write_text(markdown(header, rows))
+    print(f"wrote {stem}.json and .md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
