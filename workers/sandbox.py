@@ -53,7 +53,10 @@ KILL_GRACE_S = 5.0
 KILL_WAIT_S = 30.0  # for a SIGKILLed child's exit status
 LOCK_WAIT_LOG = "device-lock-wait"  # in the run's workdir: workers/gpu_lock.py writes it
 LOCK_WAIT_CAP = 3.0  # a run's limit grows by its device-lock waits, up to this many times the limit
-STACK_DUMP_WAIT_S = 1.0  # for a timed-out child's faulthandler dump
+# A timed-out child's faulthandler dump: usually there in milliseconds, but a child deep in a
+# multi-GB host copy (session H's MoE runs) answered nothing within a fixed 1 s; wait until the
+# dump is complete, up to this long.
+STACK_DUMP_WAIT_S = 5.0
 DEFAULT_FSIZE_MB = 2048  # RLIMIT_FSIZE per file; KT_SANDBOX_FSIZE_MB overrides
 NPROC_HEADROOM = 512
 ZYGOTE_RETRY_S = 300.0  # after a failed zygote start, spawn for this long before trying again
@@ -364,7 +367,7 @@ def _evaluate(spec: RunSpec, data_dir: Path, started: datetime) -> RunResult:
         fed = True  # the feeder closes the stdin end
         timed_out, lock_wait = _wait_for(child, spec.timeout_s, t0, os.path.join(workdir, LOCK_WAIT_LOG))
         if timed_out:
-            _dump_stacks(child.pid)
+            _dump_stacks(child.pid, err)
             _kill_group(child.pid)
             child.wait(KILL_WAIT_S)
         wall = time.monotonic() - t0
@@ -410,14 +413,23 @@ def _wait_for(child: _Spawned | _Forked, timeout_s: float, t0: float, wait_log: 
         waited = now_waited
 
 
-def _dump_stacks(pid: int) -> None:
+def _dump_stacks(pid: int, err: _Capture) -> None:
     """Ask a child past its limit for its Python stacks (faulthandler on SIGUSR1, see workers/child.py)
-    and give it a moment to write them to stderr before the group is killed."""
+    and wait until they are on its stderr (a dump header, then no new output for 0.2 s) before the
+    group is killed; at most STACK_DUMP_WAIT_S."""
     try:
         os.kill(pid, signal.SIGUSR1)
     except OSError:
         return
-    time.sleep(STACK_DUMP_WAIT_S)
+    deadline = time.monotonic() + STACK_DUMP_WAIT_S
+    seen, size = False, -1
+    while time.monotonic() < deadline:
+        time.sleep(0.1 if not seen else 0.2)
+        now = len(err.head) + len(err.tail) + err.dropped
+        if seen and now == size:
+            return
+        seen = seen or "most recent call first" in err.text()[-20_000:]
+        size = now
 
 
 def _feed(fd: int, data: bytes) -> None:
