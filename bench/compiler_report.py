@@ -10,9 +10,9 @@ ptxas on the PTX and writes bench/results/<date>-sm90a-compiler-report.{json,md}
 
 Occupancy is the CUDA occupancy calculator's arithmetic for one SM of an H100/H200-class sm_90
 part: 65,536 registers (allocated per warp in units of 256), 2,048 threads, 32 blocks, 228 KiB of
-shared memory (1 KiB reserved per block). It ignores the grid: a decode GEMV with fewer CTAs than
-SMs is latency-bound whatever its occupancy, which is why the table also gives the CTAs per launch
-where a variant says how it launches (not here: the grid is computed inside each build()).
+shared memory (1 KiB reserved per block). It ignores the grid (computed inside each variant's
+build(), not known here): a decode GEMV of one short wave is latency-bound whatever its occupancy,
+so read the occupancy beside the winner's fraction of the HBM floor, which the table repeats.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ from workers.sandbox import evaluate
 
 CHEATS = Path(__file__).parent / "cheats"
 REPO = Path(__file__).resolve().parents[1]
+# The shipped torch dense_gemm variant (a cuBLAS call): the honest reference run of many tests.
+SHIPPED = (REPO / "kernels/variants/torch/dense_gemm_matmul.py").read_text()
 DEVICE = os.environ.get("KT_TEST_DEVICE", "cpu")
 SMALL = Shape("dense_gemm", "t", {"N": 256, "K": 512})
 # Few rounds: these tests are about verdicts; the numbers are exercised by the honest-variant test.

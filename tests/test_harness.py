@@ -10,11 +10,10 @@ import time
 
 import pytest
 
-from evaluation_helpers import REPO, run_source
+from evaluation_helpers import SHIPPED, run_source
 from workers.protocol import BenchSettings, RunResult, Verdict
 from workers.stats import bootstrap_speedup_ci, summarize
 
-SHIPPED = (REPO / "kernels/variants/torch/dense_gemm_matmul.py").read_text()
 
 WRONG = """
 import torch

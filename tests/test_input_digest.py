@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import workers.check as check
-from evaluation_helpers import REPO, run_cheat, run_source
+from evaluation_helpers import SHIPPED, run_cheat, run_source
 from kernels.slots.base import Shape
 from workers.protocol import Verdict
 
@@ -80,8 +80,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_large_inputs_in_a_real_child_honest_passes_and_one_written_weight_is_caught(data_dir: Path) -> None:
     assert LARGE.dims["N"] * LARGE.dims["K"] * 2 >= check.DEVICE_DIGEST_MIN_BYTES
-    honest = run_source((REPO / "kernels/variants/torch/dense_gemm_matmul.py").read_text(), data_dir, shape=LARGE,
-                        m=2, declares_library=True)
+    honest = run_source(SHIPPED, data_dir, shape=LARGE, m=2, declares_library=True)
     assert honest.verdict == Verdict.passed, honest.reason  # the digest path trips neither check nor tamper guard
     cheat = run_cheat("writes_one_weight", data_dir, shape=LARGE, m=2)
     assert (cheat.verdict, cheat.reason_code) == (Verdict.rejected, "wrote_inputs"), cheat.reason

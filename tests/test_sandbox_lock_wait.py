@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from evaluation_helpers import DEVICE, REPO, run_source
+from evaluation_helpers import DEVICE, SHIPPED, run_source
 from workers.gpu_lock import DeviceLock, lock_dir
 from workers.protocol import BenchSettings, Verdict
 from workers.sandbox import LOCK_WAIT_CAP
 
-SHIPPED = (REPO / "kernels/variants/torch/dense_gemm_matmul.py").read_text()
 QUICK = BenchSettings(min_rounds=5, min_time_s=0.05)
 
 

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from evaluation_helpers import REPO, run_source
+from evaluation_helpers import REPO, SHIPPED, run_source
 from kernels.backends.base import source_hash
 from workers import sandbox
 from workers.protocol import Verdict
 
-SHIPPED = (REPO / "kernels/variants/torch/dense_gemm_matmul.py").read_text()
 
 
 @pytest.fixture(scope="module")

@@ -185,6 +185,10 @@ class _Capture(threading.Thread):
         except OSError:
             pass
 
+    def received(self) -> int:
+        """Bytes read from the pipe so far, kept or dropped."""
+        return len(self.head) + len(self.tail) + self.dropped
+
     def text(self) -> str:
         gap = f"\n[... {self.dropped} bytes dropped ...]\n" if self.dropped else ""
         return (bytes(self.head).decode(errors="replace") + gap + bytes(self.tail).decode(errors="replace"))
@@ -340,11 +344,12 @@ def _evaluate(spec: RunSpec, data_dir: Path, started: datetime) -> RunResult:
     workdir = tempfile.mkdtemp(prefix=f"kt-run-{re.sub(r'[^A-Za-z0-9_-]', '_', spec.run_id)[:32]}-")
     os.makedirs(os.path.join(workdir, "tmp"))
     token = secrets.token_bytes(32)
+    wait_log = os.path.join(workdir, LOCK_WAIT_LOG)
     limits = resource_limits(spec)
     handshake = json.dumps({"spec": spec.model_dump(mode="json"), "token": token.hex(),
                             "bandwidth_cache": read_bandwidth_cache(data_dir),
                             "device_lock": str(lock_dir(data_dir, spec.device)),
-                            "lock_wait_log": os.path.join(workdir, LOCK_WAIT_LOG),
+                            "lock_wait_log": wait_log,
                             "filesystem": {"protected": [str(data_dir)], "writable": [workdir, str(cache)]}}).encode()
     pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, result: (read, write)
     child_ends = (pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1])
@@ -365,7 +370,7 @@ def _evaluate(spec: RunSpec, data_dir: Path, started: datetime) -> RunResult:
             t.start()
         threading.Thread(target=_feed, args=(our_ends[0], handshake), daemon=True).start()
         fed = True  # the feeder closes the stdin end
-        timed_out, lock_wait = _wait_for(child, spec.timeout_s, t0, os.path.join(workdir, LOCK_WAIT_LOG))
+        timed_out, lock_wait = _wait_for(child, spec.timeout_s, t0, wait_log)
         if timed_out:
             _dump_stacks(child.pid, err)
             _kill_group(child.pid)
@@ -402,15 +407,15 @@ def _wait_for(child: _Spawned | _Forked, timeout_s: float, t0: float, wait_log: 
     device behind other runs (as its lock recorded it) extends the limit, up to LOCK_WAIT_CAP x the
     limit, so a slow neighbour does not earn this variant a timeout, and a variant that writes the
     log itself cannot run for ever. Returns (timed out, seconds waited for the device)."""
-    waited = 0.0
+    granted = 0.0  # the extension so far
     while True:
-        left = t0 + timeout_s + waited - time.monotonic()
+        left = t0 + timeout_s + granted - time.monotonic()
         if left > 0 and child.wait(left):
             return False, read_wait_log(wait_log)
-        now_waited = min(read_wait_log(wait_log), LOCK_WAIT_CAP * timeout_s)
-        if now_waited <= waited + 0.01:
-            return True, read_wait_log(wait_log)
-        waited = now_waited
+        waited = read_wait_log(wait_log)
+        if min(waited, LOCK_WAIT_CAP * timeout_s) <= granted + 0.01:
+            return True, waited
+        granted = min(waited, LOCK_WAIT_CAP * timeout_s)
 
 
 def _dump_stacks(pid: int, err: _Capture) -> None:
@@ -425,7 +430,7 @@ def _dump_stacks(pid: int, err: _Capture) -> None:
     seen, size = False, -1
     while time.monotonic() < deadline:
         time.sleep(0.1 if not seen else 0.2)
-        now = len(err.head) + len(err.tail) + err.dropped
+        now = err.received()
         if seen and now == size:
             return
         seen = seen or "most recent call first" in err.text()[-20_000:]
