@@ -15,7 +15,6 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from search.landscape import Landscape, synthetic_gemm_landscape
 from search.space import ConfigSpace
 from service.client import Client
 from service.embedded import EmbeddedStack
+from tests.support.intervals import peak_overlap
 from tests.support.servers import RedisServer, free_port, fresh_pg_database
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,6 +57,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory, landscape: tuple[Landscape, 
         "KT_REPLAY_DELAY_S": "0.25", "KT_REPLAY_LOG": str(root / "replay.log"),
         # Short leases so the kill test's takeovers happen in seconds, not the production half-minute.
         "KT_SEARCH_LEASE_SECONDS": "4", "KT_SWEEP_INTERVAL_S": "1", "KT_RUNNING_LEASE_SECONDS": "5",
+        # A worker SIGKILLed after its run's message arrived but before it claimed the run leaves the run
+        # queued and the message unacked: it comes back after the queued lease (re-enqueued by the
+        # sweeper) or the broker's visibility timeout, an hour each by default.
+        "KT_QUEUED_LEASE_SECONDS": "20", "KT_VISIBILITY_TIMEOUT_S": "30",
         "KT_SEARCH_POLL_S": "0.05", "KT_LOG_FORMAT": "plain"})
     try:
         s.start()
@@ -87,28 +91,37 @@ def start_search(client: Client, variant_id: int, **body: Any) -> dict[str, Any]
                                         "shapes": ["fused_qkv_a"], "batch_size": WORKERS, **body})
 
 
-def wait_for(client: Client, search_id: int, until: Any, timeout_s: float = 150.0) -> dict[str, Any]:
+def wait_for(client: Client, search_id: int, until: Any, timeout_s: float = 150.0,
+             stack: EmbeddedStack | None = None) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:
         out = client.get(f"/v1/searches/{search_id}")
         if until(out):
             return out
-        assert time.monotonic() < deadline, f"search {search_id} stuck: {json.dumps(out)[:2000]}"
+        if time.monotonic() >= deadline:
+            pytest.fail(f"search {search_id} stuck: {json.dumps(out)[:2000]}" + (stuck_report(stack, search_id)
+                                                                                 if stack else ""))
         time.sleep(0.3)
+
+
+def stuck_report(stack: EmbeddedStack, search_id: int) -> str:
+    """What a stuck search's runs and processes were doing, for the failure message."""
+    engine = make_engine(stack.env["KT_DATABASE_URL"])
+    try:
+        with make_session_factory(engine)() as s:
+            runs = [r for r in s.scalars(select(Run).where(Run.search_id == search_id)) if r.status != "done"]
+            lines = [f"{r.id} {r.status} worker={r.worker} attempts={r.attempts} lease={r.lease_expires_at}"
+                     for r in runs]
+    finally:
+        engine.dispose()
+    logs = sorted((stack.log_dir or stack.data_dir / "logs").glob("*.log"))
+    tails = [f"--- {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-15:]) for p in logs]
+    return "\nruns not done:\n" + "\n".join(lines) + "\n" + "\n".join(tails)
 
 
 def search_runs(db: sessionmaker[Session], search_id: int) -> list[Run]:
     with db() as s:
         return list(s.scalars(select(Run).where(Run.search_id == search_id).order_by(Run.created_at)))
-
-
-def peak_overlap(intervals: list[tuple[datetime, datetime]]) -> int:
-    events = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals], key=lambda e: (e[0], e[1]))
-    peak = cur = 0
-    for _, d in events:
-        cur += d
-        peak = max(peak, cur)
-    return peak
 
 
 def replay_log(stack: EmbeddedStack) -> list[dict[str, Any]]:
@@ -165,7 +178,7 @@ def test_search_resumes_after_the_api_driver_and_a_worker_are_killed(
     budget = 60
     created = start_search(client, variant_id, strategy="tpe", budget={"max_evals": budget}, seed=7)
     sid = created["id"]
-    before = wait_for(client, sid, lambda o: o["evaluations"] >= 20)
+    before = wait_for(client, sid, lambda o: o["evaluations"] >= 20, stack=stack)
     first_driver = before["driver"]
 
     # Kill the driver (control worker), one device worker mid-run, and the API: SIGKILL, no cleanup.
@@ -183,7 +196,7 @@ def test_search_resumes_after_the_api_driver_and_a_worker_are_killed(
     stack.start_worker(WORKERS)
     stack.start_control_worker()
 
-    out = wait_for(client, sid, lambda o: o["state"] in ("done", "failed", "cancelled"))
+    out = wait_for(client, sid, lambda o: o["state"] in ("done", "failed", "cancelled"), stack=stack)
     assert out["state"] == "done", out.get("error")
     assert out["driver"] != first_driver  # a new driver took the search over from the database
     (target,) = out["targets"]
