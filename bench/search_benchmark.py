@@ -35,7 +35,9 @@ from search.strategies import Budget, make_strategy, nearest_seeds  # noqa: E402
 
 LANDSCAPES = ROOT / "bench" / "landscapes"
 RESULTS = ROOT / "bench" / "results"
-SMART = ("tpe", "successive_halving")
+SMART = ("tpe", "tpe_local", "successive_halving")
+# Rows that are a strategy with options: name -> (strategy, options).
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {"tpe_local": ("tpe", {"local_per_round": 2})}
 MAX_FRACTION = 0.15
 MIN_SPEEDUP_OVER_RANDOM = 2.0
 
@@ -64,8 +66,9 @@ def evaluations_to_reach(landscape: Landscape, name: str, ms: list[int], seed: i
     # A run that has not reached the target after max_fraction of the space counts as not reached:
     # Optuna's ask slows with thousands of trials, and past that fraction the answer is "no" anyway.
     budget = Budget(max_evals=max(1, math.ceil(max_fraction * count)))
-    strategy = make_strategy(name, landscape.space(), shape, budget=budget, seed=seed,
-                             limits=landscape.meta.limits, **options)
+    strategy_name, fixed = VARIANTS.get(name, (name, {}))
+    strategy = make_strategy(strategy_name, landscape.space(), shape, budget=budget, seed=seed,
+                             limits=landscape.meta.limits, **fixed, **options)
     driver = SearchDriver(strategy, ReplayEvaluator(landscape, ms, noise_seed=seed), batch_size=batch_size)
     seen = 0
     truth: dict[str, float | None] = {}
@@ -196,7 +199,9 @@ def make_synthetic(command: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("landscapes", nargs="*", type=Path, help="landscape JSON files (default: bench/landscapes/*)")
-    parser.add_argument("--strategies", nargs="+", default=["random", "tpe", "successive_halving", "transfer"])
+    parser.add_argument("--strategies", nargs="+",
+                        default=["random", "tpe", "tpe_local", "successive_halving", "transfer"],
+                        help="strategy names, or tpe_local: TPE with local_per_round=2")
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--per", choices=["m", "bucket"], default="m")
     parser.add_argument("--within", type=float, default=0.03)

@@ -309,13 +309,15 @@ class SearchCreate(BaseModel):
     per: Literal["m", "bucket"] = Field(default="m", description='one sub-search per M, or per batch bucket '
                                                                  '(objective: the summed time over its Ms)')
     seed: int = Field(default=0, ge=0)
-    options: dict[str, Any] = Field(default_factory=dict, description="strategy options: eta, rung_size, n_startup_trials")
+    options: dict[str, Any] = Field(default_factory=dict,
+                                    description="strategy options: eta, rung_size (successive halving); "
+                                                "n_startup_trials, max_model_asks, local_per_round, local_top (tpe)")
     private: bool = False
 
     @field_validator("options")
     @classmethod
     def _known_options(cls, v: dict[str, Any]) -> dict[str, Any]:
-        allowed = {"eta", "rung_size", "n_startup_trials", "max_model_asks"}
+        allowed = {"eta", "rung_size", "n_startup_trials", "max_model_asks", "local_per_round", "local_top"}
         unknown = sorted(set(v) - allowed)
         if unknown:
             raise ValueError(f"unknown strategy options {unknown}; allowed: {sorted(allowed)}")

@@ -108,6 +108,48 @@ def test_tpe_sees_numeric_parameters_as_ordinals_and_proposes_their_real_values(
     assert strategy.best()[0]["BLOCK_K"] * strategy.best()[0]["SPLIT_K"] == 1024
 
 
+def test_tpe_local_steps_propose_the_unseen_neighbours_of_the_best_first() -> None:
+    """local_per_round=2: after a round lands, the next round opens with two unseen points one step from
+    the best result (one parameter changed; an ordinal by one place in its sorted values)."""
+    space = ConfigSpace.parse({"BLOCK_K": [64, 128, 256, 512], "SPLIT_K": {"pow2": [1, 8]}, "num_warps": [2, 4, 8],
+                               "constraints": ["BLOCK_K * SPLIT_K <= K"]})
+    shape = {"M": 1, "K": 2048}
+    strategy = TPESearch(space, shape, budget=Budget(max_evals=30), seed=3, n_startup_trials=4, local_per_round=2)
+    order = {"BLOCK_K": [64, 128, 256, 512], "SPLIT_K": [1, 2, 4, 8], "num_warps": [2, 4, 8]}
+
+    def value(c: dict) -> float:  # a smooth bowl around (256, 2, 4), no two points alike
+        return 1.0 + sum(w * abs(order[k].index(c[k]) - order[k].index(v)) for w, (k, v) in
+                         zip((1.0, 1.1, 1.23), {"BLOCK_K": 256, "SPLIT_K": 2, "num_warps": 4}.items()))
+
+    first = strategy.ask(4)
+    for p in first:
+        strategy.tell(p, Outcome.success(value(p.config)))
+    best = min(first, key=lambda p: value(p.config)).config
+    nxt = strategy.ask(4)
+    for p in nxt[:2]:
+        changed = [k for k in best if p.config[k] != best[k]]
+        assert len(changed) == 1, (best, p.config)
+        k = changed[0]
+        assert abs(order[k].index(p.config[k]) - order[k].index(best[k])) == 1, (best, p.config)
+    assert strategy.local_proposals == 2
+    for p in nxt:
+        strategy.tell(p, Outcome.success(value(p.config)))
+    while proposals := strategy.ask(4):  # hill-climbing plus TPE reaches the bottom of the bowl
+        for p in proposals:
+            strategy.tell(p, Outcome.success(value(p.config)))
+    assert strategy.best()[1] == 1.0
+
+
+def test_tpe_local_steps_are_a_search_option_of_the_api() -> None:
+    from service.schemas import SearchCreate
+
+    body = {"variant_id": 1, "deployment": {"spec": "kimi-k2-like", "tp": 8, "batch_sizes": [1]},
+            "hardware": "replay", "strategy": "tpe"}
+    assert SearchCreate(**body, options={"local_per_round": 2}).options == {"local_per_round": 2}
+    with pytest.raises(ValueError, match="unknown strategy options"):
+        SearchCreate(**body, options={"local_steps": 2})
+
+
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_same_seed_same_search_other_seed_other_search(landscape: Landscape, name: str) -> None:
     sequences = []
