@@ -7,10 +7,17 @@ replays, stock and tuned interleaved); kernel launches per graph are counted wit
 one replay; the tuned output is checked against the stock output (rel-L2, and the fraction of
 tokens whose top-k set matches). Writes $OUT/moe_block.json (or ./moe_block.json).
 
-Stock routed experts: vLLM's ``fused_experts`` (Triton fused_moe) when vllm is importable; otherwise
-torch's per-expert loop (host sync: cannot be graph-captured), timed eagerly and marked so.
+Paths, timed side by side in one run:
+- ``stock``: routed experts by vLLM's ``fused_experts`` (Triton fused_moe) when vllm is importable;
+  otherwise torch's per-expert loop (host sync: cannot be graph-captured), timed eagerly and marked so;
+- ``stock_graph``: the same torch block with the routed experts as one gather + two bmm (no host sync,
+  no per-expert launches: kernels/variants/torch/moe_experts_gather_bmm.py), captured as one graph - the
+  fair torch baseline when vLLM is not installed;
+- ``tuned``: the Triton slot kernels, the shared expert after the routed experts on one stream;
+- ``tuned_side``: the same, the shared expert on its own stream beside router + routed experts (forked
+  and joined inside the graph): the pair is timed, not each kernel alone.
 
-    python bench/moe_block.py [--configs tuned.json] [--batches 1,2,4,8,16,32,64] [--side-stream]
+    python bench/moe_block.py [--configs tuned.json] [--batches 1,2,4,8,16,32,64]
 
 tuned.json: {"router": {...}, "moe_experts": {"1": {...}, "16": {...}}, ...}: a slot maps to one config
 or to configs keyed by batch (the largest key <= M is used, else the smallest).
@@ -47,6 +54,32 @@ def load(name):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def load_torch(name):
+    spec = importlib.util.spec_from_file_location(f"_bench_torch_{name}", ROOT / "kernels" / "variants" / "torch" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def configs_from_tuning(path):
+    """The configs of a bench/service_tuning.py results file's winners for this block's slots, keyed by
+    the M that won each bucket; only winners that are this block's own variant files count (a stock
+    bucket keeps the nearest tuned config: the tuned path has no stock fallback)."""
+    doc = json.load(open(path))
+    files = {j["variant_id"]: pathlib.Path(j["file"]).stem for j in doc["jobs"]}
+    out = {}
+    for key, row in doc["summary"].items():
+        slot = key.split("/")[0]
+        if slot not in MODULES:
+            continue
+        for bucket in row["buckets"].values():
+            winner = bucket["winner"]
+            if winner == "stock" or files.get(int(winner.split()[1])) != MODULES[slot]:
+                continue
+            out.setdefault(slot, {})[str(bucket["m"])] = bucket["config"]
+    return out
 
 
 def pick(configs, slot, m):
@@ -104,9 +137,10 @@ def stock_experts_fn():
         return run, "torch per-expert loop (eager, host sync)", False
 
 
-def build_paths(m, W, configs, side_stream, dev):
+def build_paths(m, W, configs, dev):
     s = SPEC
     mods = {k: load(v) for k, v in MODULES.items()}
+    gather_bmm = load_torch("moe_experts_gather_bmm").build({"intermediate": "bf16"}, dict(M=m, top_k=s["top_k"], I=s["I"]))
     shp = {"add_rmsnorm": dict(H=s["H"], eps=s["eps"]),
            "router": dict(E=s["E"], K=s["H"], top_k=s["top_k"], n_group=s["n_group"], topk_group=s["topk_group"],
                           scaling=s["scaling"], norm=s["norm"], scoring=s["scoring"]),
@@ -121,10 +155,10 @@ def build_paths(m, W, configs, side_stream, dev):
            "routed": torch.empty(m, s["H"], device=dev, dtype=bf), "shared": torch.empty(m, s["H"], device=dev, dtype=bf),
            "out": torch.empty(m, s["H"], device=dev, dtype=bf), "stock_out": torch.empty(m, s["H"], device=dev, dtype=bf),
            "stock_ids": torch.empty(m, s["top_k"], device=dev, dtype=torch.int64)}
-    side = torch.cuda.Stream() if side_stream else None
+    side_stream = torch.cuda.Stream()
     experts, experts_name, capturable = stock_experts_fn()
 
-    def tuned():
+    def tuned(side=None):
         fns["add_rmsnorm"](x=buf["x"], residual=buf["res"], weight=W["norm_w"], out=buf["h"], residual_out=buf["res_out"])
         if side is not None:
             side.wait_stream(torch.cuda.current_stream())
@@ -137,18 +171,27 @@ def build_paths(m, W, configs, side_stream, dev):
             fns["shared_expert"](x=buf["h"], w13=W["sw13"], w2=W["sw2"], out=buf["shared"])
         else:
             torch.cuda.current_stream().wait_stream(side)
-        torch.add(buf["routed"], buf["shared"], out=buf["out"])
+        torch.add(buf["routed"], buf["shared"], out=buf["out"] if side is None else buf["out_side"])
 
-    def stock():
+    def stock(graph_experts=False):
         r = buf["x"] + buf["res"]
         rf = r.float()
         h = (rf * torch.rsqrt(rf.pow(2).mean(-1, keepdim=True) + s["eps"])).to(bf) * W["norm_w"]
         ids, wts = stock_router(h, W)
+        if graph_experts:
+            gather_bmm(h, W["w13"], W["w2"], ids, wts, buf["routed_g"])
+            buf["stock_g_out"].copy_(buf["routed_g"] + stock_mlp(h, W["sw13"], W["sw2"]))
+            return
         buf["stock_ids"].copy_(ids)
         routed = experts(h, W, ids, wts)
         buf["stock_out"].copy_(routed + stock_mlp(h, W["sw13"], W["sw2"]))
 
-    return tuned, stock, buf, experts_name, capturable
+    buf["routed_g"] = torch.empty(m, s["H"], device=dev, dtype=bf)
+    buf["stock_g_out"] = torch.empty(m, s["H"], device=dev, dtype=bf)
+    buf["out_side"] = torch.empty(m, s["H"], device=dev, dtype=bf)
+    paths = {"stock": stock, "stock_graph": lambda: stock(graph_experts=True), "tuned": tuned,
+             "tuned_side": lambda: tuned(side=side_stream)}
+    return paths, buf, experts_name, capturable
 
 
 def capture(fn):
@@ -195,39 +238,49 @@ def time_pair(runs, reps):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", default=None)
+    ap.add_argument("--winners", default=None, help="a bench/service_tuning.py results JSON: its winners' configs")
     ap.add_argument("--batches", default="1,2,4,8,16,32,64")
     ap.add_argument("--reps", type=int, default=200)
-    ap.add_argument("--side-stream", action="store_true")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("moe_block.py is a GPU benchmark: no CUDA device here (nothing to do on a CPU machine)")
     dev = torch.device("cuda")
     configs = json.load(open(args.configs)) if args.configs else {}
+    if args.winners:
+        configs = {**configs_from_tuning(args.winners), **configs}
     W = make_weights(dev, torch.Generator(device=dev).manual_seed(0))
     rows = []
     for m in [int(b) for b in args.batches.split(",")]:
-        tuned, stock, buf, experts_name, capturable = build_paths(m, W, configs, args.side_stream, dev)
-        t_run = capture(tuned)
-        s_run = capture(stock) if capturable else stock
+        paths, buf, experts_name, capturable = build_paths(m, W, configs, dev)
+        runs = {name: (capture(fn) if capturable or name != "stock" else fn) for name, fn in paths.items()}
         if not capturable:
-            stock()
-        t_run()
-        s_run()
+            paths["stock"]()
+        for run in runs.values():
+            run()
         torch.cuda.synchronize()
         ref = buf["stock_out"].float()
-        rel = ((buf["out"].float() - ref).norm() / ref.norm()).item()
+
+        def rel(name):
+            return ((buf[name].float() - ref).norm() / ref.norm()).item()
+
         same = (buf["ids"].long().sort(-1).values == buf["stock_ids"].sort(-1).values).all(-1).float().mean().item()
-        times = time_pair({"stock": s_run, "tuned": t_run}, args.reps)
-        kt, kt_all = count_kernels(t_run)
-        ks, ks_all = count_kernels(s_run)
-        rows.append({"M": m, "stock": {**times["stock"], "kernels": ks, "events": ks_all, "graph": capturable,
-                                       "routed_experts": experts_name},
-                     "tuned": {**times["tuned"], "kernels": kt, "events": kt_all, "graph": True},
-                     "speedup": times["stock"]["median_us"] / times["tuned"]["median_us"],
-                     "rel_l2_vs_stock": rel, "topk_set_match": same})
-        r = rows[-1]
-        print(f"M={m:3d}  stock {r['stock']['median_us']:8.1f} us ({ks:3d} k)  tuned {r['tuned']['median_us']:8.1f} us "
-              f"({kt:3d} k)  x{r['speedup']:.2f}  relL2 {rel:.2e}  topk-match {same:.3f}", flush=True)
+        times = time_pair(runs, args.reps)
+        row = {"M": m, "topk_set_match": same}
+        for name, run in runs.items():
+            k, k_all = count_kernels(run)
+            row[name] = {**times[name], "kernels": k, "events": k_all, "graph": name != "stock" or capturable}
+        row["stock"]["routed_experts"] = experts_name
+        row["stock_graph"]["routed_experts"] = "torch gather + bmm (graph)"
+        row["rel_l2_vs_stock"] = {"tuned": rel("out"), "tuned_side": rel("out_side"), "stock_graph": rel("stock_g_out")}
+        for base in ("stock", "stock_graph"):
+            for name in ("tuned", "tuned_side"):
+                row[f"speedup_{name}_vs_{base}"] = times[base]["median_us"] / times[name]["median_us"]
+        # The pair on two streams against one stream: what overlapping the shared expert buys.
+        row["side_stream_gain"] = times["tuned"]["median_us"] / times["tuned_side"]["median_us"]
+        rows.append(row)
+        print(f"M={m:3d}  " + "  ".join(f"{n} {row[n]['median_us']:8.1f} us ({row[n]['kernels']:3d} k)" for n in runs)
+              + f"  side-stream x{row['side_stream_gain']:.2f}  relL2 {row['rel_l2_vs_stock']['tuned']:.2e}"
+              f"  topk-match {same:.3f}", flush=True)
     p = torch.cuda.get_device_properties(0)
     commit = os.environ.get("KT_COMMIT", "")  # the device copy's .git can lag the tree that travelled
     try:
@@ -239,7 +292,7 @@ def main():
               "command": " ".join(sys.argv),
               "device": {"name": p.name, "sm": f"{p.major}.{p.minor}", "sms": p.multi_processor_count,
                          "torch": torch.__version__, "triton": triton.__version__},
-              "spec": SPEC, "side_stream": args.side_stream, "configs": configs, "rows": rows}
+              "spec": SPEC, "configs": configs, "rows": rows}
     out_dir = pathlib.Path(os.environ.get("OUT", "."))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "moe_block.json").write_text(json.dumps(result, indent=1))
