@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Device session K on the lent H200 (carry .whl2 and .cutexz; install line as in h200_session_h.sh):
+# every single-GPU slot tuned through ONE embedded service, so one winners table (one SQLite file,
+# copied beside the results) holds them all: bench/plans/h200_decode_all.json (the configs that won a
+# bucket in sessions F, H and I, plus the landscape's best split-K point; 97 runs). Six workers: a
+# MoE child holds ~15 GB of weight sets, and the device lock serialises the timed phases anyway.
+# Then the winners are exported and the wheel self-tested apart from kerneltune.
+source "$(dirname "$0")/device_lib.sh"
+export KT_LOG_FORMAT=plain KT_RUN_TIMEOUT_S=${KT_RUN_TIMEOUT_S:-120}
+PLAN=bench/plans/h200_decode_all.json
+if python3 -c "import cutlass.cute" 2>> "$L"; then
+  export KT_SELFTEST_PATH=/tmp/site/nvidia_cutlass_dsl/python_packages:/tmp/site
+else
+  echo "== CuTe DSL not importable: the plan runs without its CuTe variant" >> "$L"
+  python3 -c "import json,sys; p=json.load(open(sys.argv[1])); p['variants']=[v for v in p['variants'] if v['language']!='cute']; json.dump(p,open('/tmp/plan.json','w'))" "$PLAN"
+  PLAN=/tmp/plan.json
+fi
+S=${KT_TUNING_S:-500}
+run timeout "$S" python3 bench/service_tuning.py --plan "$PLAN" --hardware h200 --what decode-tuning-all \
+    --workers "${KT_WORKERS:-6}" --export --budget-s "$(( S - 45 ))" --out "$OUT"
+rm -f "$OUT"/*.md
+selftest_exported
+grep -E "^== |wrote|job |geomean|export|rror" "$L" | tail -30
