@@ -223,7 +223,9 @@ def write_landscape(out: Path, header: dict[str, Any], rows: list[dict[str, Any]
                          notes=(f"every valid point measured once by workers.sandbox.evaluate on {header['device']}"
                                 if complete else f"PARTIAL: {len(records)} points measured before the step ended "
                                 "(not every valid point: a strategy benchmark must treat it as the whole space)"))
-    path = out / f"{header['date']}-{args.hardware}-landscape-{vpath.stem}-{first['shape']}.json"
+    # M in the name once it is not the first landscapes' M=1, so a second batch size never overwrites them.
+    ms = "-".join(str(m) for m in meta.ms)
+    path = out / f"{header['date']}-{args.hardware}-landscape-{vpath.stem}-{first['shape']}{'' if ms == '1' else f'-m{ms}'}.json"
     Landscape(meta, records).save(path)
     if complete:
         print(f"wrote landscape {path} ({len(records)} points)")
