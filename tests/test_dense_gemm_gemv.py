@@ -80,6 +80,10 @@ CASES = {
     "split1-ragged": (dict(BLOCK_N=4, BLOCK_K=64, SPLIT_K=1, num_warps=1, num_stages=1), (1, 3, 16), 40, 200),
     # 16 splits of one step each; the second N tile is half outside N.
     "split16": (dict(BLOCK_N=16, BLOCK_K=32, SPLIT_K=16, num_warps=1, num_stages=2), (1, 4), 24, 512),
+    # num_stages 0: the K range unrolled at compile time, all loads up front (4 steps in one split; 2 x 2
+    # split; ragged N with clamped rows).
+    "unrolled-split1": (dict(BLOCK_N=4, BLOCK_K=64, SPLIT_K=1, num_warps=1, num_stages=0), MS, 48, 256),
+    "unrolled-split2": (dict(BLOCK_N=8, BLOCK_K=64, SPLIT_K=2, num_warps=2, num_stages=0), (1, 3, 16), 40, 256),
 }
 
 
@@ -106,7 +110,7 @@ def test_space_fits_the_api_cap_and_covers_m_1_to_16_only():
     mod = load()
     space = ConfigSpace.parse(declared_space(VARIANT.read_text()),
                               max_size=Settings.model_fields["max_config_points"].default)
-    assert space.size() == 8000
+    assert space.size() == 10000
     for name, (n, k) in K2.items():
         for m in range(1, 17):
             points = list(space.points(dict(M=m, N=n, K=k)))
@@ -127,6 +131,12 @@ def test_build_rejects_large_m_and_bad_configs():
         mod.build({}, dict(M=2, N=1536, K=1536))  # DEFAULT is M = 1's
     with pytest.raises(ValueError, match="BLOCK_K \\* SPLIT_K <= K"):
         mod.build({"BLOCK_K": 1024, "SPLIT_K": 2}, dict(M=1, N=1536, K=1536))
+    # unrolled: splits of whole, equal step counts (1536 = 3 steps of 512: not 2 splits) and bounded loads
+    with pytest.raises(ValueError, match="num_stages > 0 or \\(K % BLOCK_K"):
+        mod.build({"BLOCK_K": 512, "SPLIT_K": 2, "num_stages": 0}, dict(M=1, N=1536, K=1536))
+    with pytest.raises(ValueError, match="num_stages > 0 or \\(K // SPLIT_K\\) \\* BLOCK_N"):
+        mod.build({"BLOCK_N": 32, "BLOCK_K": 512, "SPLIT_K": 1, "num_warps": 4, "num_stages": 0},
+                  dict(M=1, N=2112, K=7168))
 
 
 # --- ahead-of-time PTX for the K2 TP8 shapes ----------------------------------------------------------
@@ -140,6 +150,7 @@ PTX_CONFIGS = {
     "m1-split4-stages1": (1, dict(BLOCK_M=1, BLOCK_N=8, BLOCK_K=256, SPLIT_K=4, num_warps=2, num_stages=1)),
     "m16-split1": (16, dict(BLOCK_M=16, BLOCK_N=4, BLOCK_K=128, SPLIT_K=1, num_warps=2, num_stages=3)),
     "m16-split4": (16, dict(BLOCK_M=16, BLOCK_N=8, BLOCK_K=128, SPLIT_K=4, num_warps=4, num_stages=2)),
+    "m1-unrolled-split4": (1, dict(BLOCK_M=1, BLOCK_N=4, BLOCK_K=128, SPLIT_K=4, num_warps=2, num_stages=0)),
 }
 
 
@@ -160,10 +171,19 @@ def test_compile_ptx_sm90a_holds_the_claims(shape_name, cfg_name):
         assert needle in ptx, needle
     # 16-byte W loads: every L2-only cp.async copies 0x10 bytes when pipelined, else 128-bit vector loads
     copies = [ln for ln in ptx.splitlines() if "cp.async.cg.shared.global" in ln]
-    if config.get("num_stages", mod.DEFAULT["num_stages"]) > 1:
+    stages = config.get("num_stages", mod.DEFAULT["num_stages"])
+    if stages > 1:
         assert copies and all(", 0x10," in ln for ln in copies), copies[:3]
     else:
         assert not copies and "ld.global.v4.b32" in ptx
+    if stages == 0:
+        # straight-line K: no loop back-edge before the split-K epilogue, and all of a program's W (its
+        # BLOCK_N x K/SPLIT_K bf16, 16 bytes a load) loaded by 16-byte vector loads
+        lines = ptx.splitlines()
+        loads = [ln for ln in lines if "ld.global.v4.b32" in ln]
+        threads = 32 * config["num_warps"]
+        w_loads = n_w = config["BLOCK_N"] * (k // config["SPLIT_K"]) * 2 // 16 // threads
+        assert len(loads) >= w_loads > 0, (len(loads), n_w)
     # one launch, CUDA cores only; the arrival counter and .cg partial reads exactly when split
     assert ptx.count(".entry") == 1
     assert "mma" not in ptx
@@ -190,6 +210,7 @@ def data_dir(tmp_path_factory):
 @pytest.mark.parametrize("m,config", [
     (1, {}),  # DEFAULT: 2 splits
     (3, dict(BLOCK_M=4, BLOCK_N=8, BLOCK_K=128, SPLIT_K=4, num_warps=2, num_stages=2)),
+    (2, dict(BLOCK_M=2, BLOCK_N=4, BLOCK_K=128, SPLIT_K=2, num_warps=2, num_stages=0)),  # unrolled
 ])
 def test_pipeline_evaluate_passes(data_dir, m, config):
     from kernels.backends.base import source_hash

@@ -21,6 +21,13 @@ CUDA graph each extra launch costs ~1-2 us, while q_b_proj's whole HBM floor is 
   per built kernel (at build on the current device; lazily, outside graph capture, on another device).
 Every output element is written on every call by exactly one program; inputs are never written.
 
+num_stages = 0 is the one-round-trip mode: each split is a whole number of BLOCK_K steps known at compile
+time (a constexpr), unrolled with static_range: no load waits on another or on a sum, so they can all be
+in flight at once and a program waits for DRAM about once, not once per K step (sm_90a PTX for q_b_proj
+at BLOCK_N 4, BLOCK_K 512, SPLIT_K 1: all 15 vector loads come before the first FMA). At decode sizes that wait (~1 us)
+is the floor's own order of magnitude (q_b_proj: 4.7 MB, 1.1 us), so a runtime K loop of 2-3 steps pays it
+2-3 times. The constraints keep the W bytes in flight at <= 256 per thread.
+
 Under TRITON_INTERPRET=1 (CPU) the same code runs: the interpreter executes programs one after another,
 so the counter protocol reduces to "the last split of a tile sums". There is no tl.dot, so no UPCAST
 switch is needed: both paths convert the bf16 operands to fp32 explicitly.
@@ -41,7 +48,7 @@ CONFIG_SPACE = {
     "BLOCK_K": [128, 256, 512, 1024],
     "SPLIT_K": [1, 2, 4, 8, 16],
     "num_warps": [1, 2, 4, 8],
-    "num_stages": [1, 2, 3, 4],
+    "num_stages": [0, 1, 2, 3, 4],  # 0: the K range unrolled, all loads up front (see the docstring)
 }
 # Python expressions over config params and shape dims; a config must satisfy all of them.
 CONSTRAINTS = [
@@ -52,6 +59,9 @@ CONSTRAINTS = [
     "BLOCK_N <= N",
     "BLOCK_N * BLOCK_K >= 256 * num_warps",  # every thread loads whole 16-byte vectors of W
     "BLOCK_M * BLOCK_N * BLOCK_K <= 4096 * num_warps",  # fp32 partial sums: <= 128 registers a thread
+    # unrolled: every split the same whole number of BLOCK_K steps, and <= 256 bytes of W in flight a thread
+    "num_stages > 0 or (K % BLOCK_K == 0 and (K // BLOCK_K) % SPLIT_K == 0)",
+    "num_stages > 0 or (K // SPLIT_K) * BLOCK_N <= 4096 * num_warps",
 ]
 DEFAULT = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 2, "num_warps": 4, "num_stages": 3}
 
@@ -64,7 +74,7 @@ def claims(config: dict, shape: dict) -> dict:
     # vector loads straight into registers.
     out = []
     if int(shape.get("K", 16)) % 16 == 0:  # else Triton cannot prove 16-byte alignment: scalar loads
-        out.append("cp.async.cg.shared.global" if int(c["num_stages"]) > 1 else "ld.global.v4")
+        out.append("cp.async.cg.shared.global" if int(c["num_stages"]) > 1 else "ld.global.v4")  # 0 and 1: plain
     if int(c["SPLIT_K"]) > 1:
         out.append("atom.global.gpu.acq_rel.add")  # the split-K arrival counter
     return {"ptx_contains": out}
@@ -75,7 +85,7 @@ def gemv_splitk_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, K,
                        stride_xm, stride_wn, stride_om,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, EVEN_M: tl.constexpr,
-                       NUM_STAGES: tl.constexpr):
+                       NUM_STAGES: tl.constexpr, STEPS_PER_SPLIT: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
@@ -101,20 +111,31 @@ def gemv_splitk_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, K,
     # cross-thread (shuffle / shared-memory) reduction on every K step (2-3x the loop's instructions at
     # M = 1 on sm_90a). CONSTRAINTS bound this accumulator to <= 128 registers per thread.
     acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
-    for step in tl.range(step_lo, step_hi, num_stages=NUM_STAGES):
-        if EVEN_K:
-            w = tl.load(w_ptrs)
+    if NUM_STAGES == 0:
+        # Straight-line code: the loads do not depend on each other or on the sums, so all are in
+        # flight at once (EVEN_K and an even split are constraints of this mode).
+        for s in tl.static_range(STEPS_PER_SPLIT):
+            w = tl.load(w_ptrs + s * BLOCK_K)
             if EVEN_M:
-                x = tl.load(x_ptrs)
+                x = tl.load(x_ptrs + s * BLOCK_K)
             else:
-                x = tl.load(x_ptrs, mask=m_ok3, other=0.0)
-        else:
-            k_ok = ((step * BLOCK_K + offs_k) < K)[None, None, :]
-            w = tl.load(w_ptrs, mask=k_ok, other=0.0)
-            x = tl.load(x_ptrs, mask=m_ok3 & k_ok, other=0.0)
-        acc += x.to(tl.float32) * w.to(tl.float32)
-        x_ptrs += BLOCK_K
-        w_ptrs += BLOCK_K
+                x = tl.load(x_ptrs + s * BLOCK_K, mask=m_ok3, other=0.0)
+            acc += x.to(tl.float32) * w.to(tl.float32)
+    else:
+        for step in tl.range(step_lo, step_hi, num_stages=NUM_STAGES):
+            if EVEN_K:
+                w = tl.load(w_ptrs)
+                if EVEN_M:
+                    x = tl.load(x_ptrs)
+                else:
+                    x = tl.load(x_ptrs, mask=m_ok3, other=0.0)
+            else:
+                k_ok = ((step * BLOCK_K + offs_k) < K)[None, None, :]
+                w = tl.load(w_ptrs, mask=k_ok, other=0.0)
+                x = tl.load(x_ptrs, mask=m_ok3 & k_ok, other=0.0)
+            acc += x.to(tl.float32) * w.to(tl.float32)
+            x_ptrs += BLOCK_K
+            w_ptrs += BLOCK_K
     acc = tl.sum(acc, axis=2)
     mask = m_ok[:, None] & n_ok[None, :]
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
@@ -151,7 +172,8 @@ def check_constraints(config: dict, shape: dict) -> dict:
 def _meta(c: dict, shape: dict) -> dict:
     return {"BLOCK_M": c["BLOCK_M"], "BLOCK_N": c["BLOCK_N"], "BLOCK_K": c["BLOCK_K"], "SPLIT_K": c["SPLIT_K"],
             "EVEN_K": int(shape["K"]) % c["BLOCK_K"] == 0, "EVEN_M": int(shape["M"]) == c["BLOCK_M"],
-            "NUM_STAGES": c["num_stages"]}
+            "NUM_STAGES": c["num_stages"],
+            "STEPS_PER_SPLIT": (int(shape["K"]) // c["BLOCK_K"]) // c["SPLIT_K"] if c["num_stages"] == 0 else 0}
 
 
 def compile_ptx(config: dict, shape: dict, arch: str) -> str:
@@ -178,7 +200,7 @@ def compile_ptx(config: dict, shape: dict, arch: str) -> str:
             attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource(fn=gemv_splitk_kernel, signature=sig, constexprs=meta, attrs=attrs)
     kernel = triton.compile(src, target=GPUTarget("cuda", cc, 32),
-                            options={"num_warps": c["num_warps"], "num_stages": c["num_stages"]})
+                            options={"num_warps": c["num_warps"], "num_stages": max(c["num_stages"], 1)})
     return kernel.asm["ptx"]
 
 
@@ -223,6 +245,6 @@ def build(config: dict, shape: dict) -> Callable[..., None]:
         else:
             ws, cnt = out, out  # unused when SPLIT_K == 1 (that branch is compiled out)
         gemv_splitk_kernel[grid](x, w, out, ws, cnt, m, n, k, x.stride(0), w.stride(0), out.stride(0), **meta,
-                                 num_warps=c["num_warps"], num_stages=c["num_stages"])
+                                 num_warps=c["num_warps"], num_stages=max(c["num_stages"], 1))
 
     return run
