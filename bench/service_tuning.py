@@ -62,8 +62,10 @@ def run_plan(client: Client, plan: dict[str, Any], hardware: str, deadline: floa
                            "notes": f"shipped variant {item['file']}"},
             **({"declares_library": True} if lit.get("USES_LIBRARY") else {}),
         })
+        # An item may narrow the batch sizes (a kernel known to lose beyond M <= 2 need not spend device time there).
+        deployment = {**plan["deployment"], **({"batch_sizes": item["batch_sizes"]} if item.get("batch_sizes") else {})}
         created = client.post("/v1/jobs", {
-            "variant_id": variant["id"], "deployment": plan["deployment"], "hardware": hardware,
+            "variant_id": variant["id"], "deployment": deployment, "hardware": hardware,
             "configs": item.get("configs", "all"), **({"shapes": item["shapes"]} if item.get("shapes") else {}),
         })
         jobs.append({"file": item["file"], "variant_id": variant["id"], "job_id": created["job"]["id"],
