@@ -405,6 +405,24 @@ def print_search(s: dict[str, Any]) -> None:
         console.print(f"[red]error:[/red] {s['error']}")
 
 
+def _strategy_options(pairs: list[str]) -> dict[str, Any]:
+    """KEY=VALUE pairs, a number where the value reads as one (the API names the unknown keys)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{pair!r}: expected KEY=VALUE", param_hint="--option")
+        value: Any = raw
+        for cast in (int, float):
+            try:
+                value = cast(raw)
+                break
+            except ValueError:
+                continue
+        out[key.strip()] = value
+    return out
+
+
 @app.command()
 def search(variant: str, model: str = typer.Option("kimi-k2-like", help="built-in spec name or a HF config.json path"),
            tp: int = 8, batches: str = "1,2,4,8,16,32,64", hardware: str = "cpu",
@@ -415,14 +433,17 @@ def search(variant: str, model: str = typer.Option("kimi-k2-like", help="built-i
            patience: Optional[int] = typer.Option(None, help="stop after this many evaluations without improving"),
            batch_size: Optional[int] = typer.Option(None, help="configs in flight per target (default: workers or 4)"),
            per: str = typer.Option("m", help="one sub-search per M ('m') or per batch bucket ('bucket')"),
+           option: list[str] = typer.Option([], "--option", "-o",
+                                            help="a strategy option KEY=VALUE, repeatable (e.g. local_per_round=2)"),
            seed: int = 0, wait: bool = True, api: Optional[str] = ApiOpt) -> None:
     """Search a variant's config space with a strategy and a budget, spread over the queue's workers."""
+    options = _strategy_options(option)
     client = _client(api)
     job = _job_body(variant, model, tp, batches, hardware, "all", shapes, drafts)
     body: dict[str, Any] = {"variant_id": job["variant_id"], "deployment": job["deployment"], "hardware": hardware,
                             "shapes": job.get("shapes"), "strategy": strategy, "per": per, "seed": seed,
-                            "batch_size": batch_size, "budget": {"max_evals": max_evals, "patience": patience,
-                                                                 "max_gpu_seconds": max_gpu_seconds}}
+                            "batch_size": batch_size, "options": options,
+                            "budget": {"max_evals": max_evals, "patience": patience, "max_gpu_seconds": max_gpu_seconds}}
     try:
         s = client.post("/v1/searches", body)
         console.print(f"search [bold]{s['id']}[/bold]: {len(s['targets'])} targets, batch size {s['batch_size']} on "

@@ -228,3 +228,28 @@ def test_list_and_cancel(stack: EmbeddedStack, db: sessionmaker[Session], varian
     runs = search_runs(db, created["id"])
     assert len(runs) == n and all(r.status in ("done", "cancelled") for r in runs)
     assert out["search"]["targets"][0]["evaluations"] < 288
+
+
+def test_cli_search_sends_strategy_options(stack: EmbeddedStack, variant_id: int) -> None:
+    """`kerneltune search ... --option KEY=VALUE`: the options reach the search (typed), an unknown one is
+    refused by the API with its name, a malformed pair by the CLI."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from service.cli import app as cli
+
+    env = {"KT_API_URL": stack.url, "KT_TOKEN": stack.admin_token}
+    base = ["search", str(variant_id), "--hardware", "replay", "--batches", str(M), "--shapes", "fused_qkv_a",
+            "--strategy", "tpe", "--max-evals", "8", "--batch-size", str(WORKERS), "--no-wait"]
+    out = CliRunner().invoke(cli, [*base, "--option", "local_per_round=2", "-o", "n_startup_trials=4"], env=env)
+    assert out.exit_code == 0, out.output
+    sid = int(re.search(r"search (\d+):", out.output).group(1))
+    done = wait_for(stack.client(), sid, lambda o: o["state"] in ("done", "failed", "cancelled"), stack=stack)
+    assert done["state"] == "done" and done["options"] == {"local_per_round": 2, "n_startup_trials": 4}
+    assert done["targets"][0]["evaluations"] == 8
+
+    unknown = CliRunner().invoke(cli, [*base, "--option", "local_steps=2"], env=env)
+    assert unknown.exit_code == 1 and "local_steps" in unknown.output, unknown.output
+    malformed = CliRunner().invoke(cli, [*base, "--option", "local_per_round"], env=env)
+    assert malformed.exit_code == 2 and "KEY=VALUE" in malformed.output, malformed.output
