@@ -399,6 +399,9 @@ class SearchArgs(DeploymentArgs):
     patience: int | None = Field(None, ge=1, description="stop after this many evaluations without improving")
     shapes: list[str] | None = None
     seed: int = 0
+    options: dict[str, int | float] = Field(
+        default_factory=dict, description="strategy options, e.g. {\"local_per_round\": 2} (tpe: local steps from the "
+                                          "best so far), {\"n_startup_trials\": 6}, {\"eta\": 3} (successive halving)")
 
 
 class SearchStarted(BaseModel):
@@ -409,7 +412,7 @@ def start_search(client: Client, a: SearchArgs) -> SearchStarted:
     body = {"variant_id": a.variant_id, "deployment": a.deployment(), "hardware": a.hardware,
             "strategy": a.strategy, "budget": {"max_evals": a.max_evals, "max_cost_s": a.max_cost_s,
                                                "patience": a.patience},
-            "shapes": a.shapes, "seed": a.seed}
+            "shapes": a.shapes, "seed": a.seed, "options": a.options}
     return SearchStarted(search=_post_optional_route(client, "/v1/searches", body, "config searches"))
 
 

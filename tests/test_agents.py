@@ -195,7 +195,8 @@ async def _http_loop(url: str) -> dict[str, Any]:
         out["no_variant"] = await _error(s, "start_evaluation", model="tiny-moe")
         out["bad_slot"] = await _error(s, "get_slot", name="no_such_slot")
         for name in ("start_search", "export"):  # routes other engineers may not have shipped yet
-            args = {"variant_id": v["variant_id"], **TINY} if name == "start_search" else {"hardware": "cpu"}
+            args = ({"variant_id": v["variant_id"], **TINY, "options": {"local_per_round": 1}} if name == "start_search"
+                    else {"hardware": "cpu"})
             res = await s.call_tool(name, args)
             out[name] = res.content[0].text if res.is_error else _structured(res)
     return out
@@ -250,6 +251,8 @@ def test_mcp_http_broken_variant(stack: EmbeddedStack, tmp_path: Path) -> None:
     for name, path in (("start_search", "/v1/searches"), ("export", "/v1/exports")):
         if isinstance(out[name], str):  # an error must name the route and what it means, not just "Not Found"
             assert path in out[name] or "HTTP 4" in out[name], out[name]
+    # /v1/searches ships with the service: the call succeeds and its strategy options travel through the tool
+    assert out["start_search"]["search"]["options"] == {"local_per_round": 1}, out["start_search"]
 
 
 # --- GET /v1/tools ------------------------------------------------------------------------------
