@@ -17,7 +17,8 @@ Paths, timed side by side in one run:
 - ``tuned_side``: the same, the shared expert on its own stream beside router + routed experts (forked
   and joined inside the graph): the pair is timed, not each kernel alone.
 
-    python bench/moe_block.py [--configs tuned.json] [--batches 1,2,4,8,16,32,64]
+    python bench/moe_block.py [--configs tuned.json | --winners results.json] [--batches 1,2,4,8,16,32,64]
+    TRITON_INTERPRET=1 python bench/moe_block.py --device cpu --spec tiny --batches 1,3   # functional, CPU
 
 tuned.json: {"router": {...}, "moe_experts": {"1": {...}, "16": {...}}, ...}: a slot maps to one config
 or to configs keyed by batch (the largest key <= M is used, else the smallest).
@@ -34,6 +35,7 @@ import os
 import pathlib
 import statistics
 import sys
+import time
 
 try:
     import torch
@@ -43,8 +45,13 @@ except ImportError as exc:  # pragma: no cover
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VARIANTS = ROOT / "kernels" / "variants" / "triton"
-SPEC = dict(H=7168, E=384, top_k=8, n_group=1, topk_group=1, I=2048 // 8, I_shared=2048 // 8, eps=1e-6,
-            scaling=2.827, scoring="sigmoid", norm=True)
+SPECS = {
+    "k2-tp8": dict(H=7168, E=384, top_k=8, n_group=1, topk_group=1, I=2048 // 8, I_shared=2048 // 8, eps=1e-6,
+                   scaling=2.827, scoring="sigmoid", norm=True),
+    # small enough for Triton's interpreter on a CPU (tests/test_moe_block.py), same structure
+    "tiny": dict(H=512, E=32, top_k=4, n_group=1, topk_group=1, I=64, I_shared=64, eps=1e-6,
+                 scaling=2.5, scoring="sigmoid", norm=True),
+}
 MODULES = {"add_rmsnorm": "add_rmsnorm_fused", "router": "router_fused", "moe_experts": "moe_experts_grouped",
            "shared_expert": "shared_expert_fused"}
 
@@ -91,8 +98,8 @@ def pick(configs, slot, m):
     return c
 
 
-def make_weights(dev, gen):
-    s, bf = SPEC, torch.bfloat16
+def make_weights(s, dev, gen):
+    bf = torch.bfloat16
 
     def w(*shape, fan_in):
         return (torch.randn(shape, generator=gen, device=dev) / fan_in ** 0.5).to(bf)
@@ -105,8 +112,7 @@ def make_weights(dev, gen):
             "sw2": w(s["H"], s["I_shared"], fan_in=s["I_shared"])}
 
 
-def stock_router(h, W):
-    s = SPEC
+def stock_router(s, h, W):
     scores = torch.sigmoid(torch.matmul(h, W["gate"].t()).float())
     ids = (scores + W["bias"]).topk(s["top_k"], dim=-1).indices
     wts = scores.gather(1, ids)
@@ -137,8 +143,7 @@ def stock_experts_fn():
         return run, "torch per-expert loop (eager, host sync)", False
 
 
-def build_paths(m, W, configs, dev):
-    s = SPEC
+def build_paths(s, m, W, configs, dev):
     mods = {k: load(v) for k, v in MODULES.items()}
     gather_bmm = load_torch("moe_experts_gather_bmm").build({"intermediate": "bf16"}, dict(M=m, top_k=s["top_k"], I=s["I"]))
     shp = {"add_rmsnorm": dict(H=s["H"], eps=s["eps"]),
@@ -155,10 +160,11 @@ def build_paths(m, W, configs, dev):
            "routed": torch.empty(m, s["H"], device=dev, dtype=bf), "shared": torch.empty(m, s["H"], device=dev, dtype=bf),
            "out": torch.empty(m, s["H"], device=dev, dtype=bf), "stock_out": torch.empty(m, s["H"], device=dev, dtype=bf),
            "stock_ids": torch.empty(m, s["top_k"], device=dev, dtype=torch.int64)}
-    side_stream = torch.cuda.Stream()
+    # On a CPU there is no second stream: tuned_side runs as tuned does (the row says side_stream false).
+    side_stream = torch.cuda.Stream() if dev.type == "cuda" else None
     experts, experts_name, capturable = stock_experts_fn()
 
-    def tuned(side=None):
+    def tuned(side=None, out="out"):
         fns["add_rmsnorm"](x=buf["x"], residual=buf["res"], weight=W["norm_w"], out=buf["h"], residual_out=buf["res_out"])
         if side is not None:
             side.wait_stream(torch.cuda.current_stream())
@@ -171,13 +177,13 @@ def build_paths(m, W, configs, dev):
             fns["shared_expert"](x=buf["h"], w13=W["sw13"], w2=W["sw2"], out=buf["shared"])
         else:
             torch.cuda.current_stream().wait_stream(side)
-        torch.add(buf["routed"], buf["shared"], out=buf["out"] if side is None else buf["out_side"])
+        torch.add(buf["routed"], buf["shared"], out=buf[out])
 
     def stock(graph_experts=False):
         r = buf["x"] + buf["res"]
         rf = r.float()
         h = (rf * torch.rsqrt(rf.pow(2).mean(-1, keepdim=True) + s["eps"])).to(bf) * W["norm_w"]
-        ids, wts = stock_router(h, W)
+        ids, wts = stock_router(s, h, W)
         if graph_experts:
             gather_bmm(h, W["w13"], W["w2"], ids, wts, buf["routed_g"])
             buf["stock_g_out"].copy_(buf["routed_g"] + stock_mlp(h, W["sw13"], W["sw2"]))
@@ -190,11 +196,14 @@ def build_paths(m, W, configs, dev):
     buf["stock_g_out"] = torch.empty(m, s["H"], device=dev, dtype=bf)
     buf["out_side"] = torch.empty(m, s["H"], device=dev, dtype=bf)
     paths = {"stock": stock, "stock_graph": lambda: stock(graph_experts=True), "tuned": tuned,
-             "tuned_side": lambda: tuned(side=side_stream)}
+             "tuned_side": lambda: tuned(side=side_stream, out="out_side")}
     return paths, buf, experts_name, capturable
 
 
-def capture(fn):
+def capture(fn, dev):
+    if dev.type != "cuda":  # no graphs on a CPU: warm up, then call it as it is
+        fn()
+        return fn
     st = torch.cuda.Stream()
     st.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(st):
@@ -208,7 +217,9 @@ def capture(fn):
     return g.replay
 
 
-def count_kernels(run):
+def count_kernels(run, dev):
+    if dev.type != "cuda":
+        return None, None
     from torch.profiler import ProfilerActivity, profile
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -219,7 +230,15 @@ def count_kernels(run):
     return sum(1 for n in names if not n.lower().startswith(("memcpy", "memset"))), len(names)
 
 
-def time_pair(runs, reps):
+def time_pair(runs, reps, dev):
+    if dev.type != "cuda":
+        samples = {k: [] for k in runs}
+        for _ in range(reps):  # interleaved
+            for k, run in runs.items():
+                t0 = time.perf_counter()
+                run()
+                samples[k].append((time.perf_counter() - t0) * 1e6)
+        return {k: summarise(t) for k, t in samples.items()}
     starts = {k: [torch.cuda.Event(enable_timing=True) for _ in range(reps)] for k in runs}
     ends = {k: [torch.cuda.Event(enable_timing=True) for _ in range(reps)] for k in runs}
     for i in range(reps):  # interleaved
@@ -228,11 +247,21 @@ def time_pair(runs, reps):
             run()
             ends[k][i].record()
     torch.cuda.synchronize()
-    out = {}
-    for k in runs:
-        t = sorted(a.elapsed_time(b) * 1e3 for a, b in zip(starts[k], ends[k]))
-        out[k] = {"median_us": statistics.median(t), "p10_us": t[len(t) // 10], "p90_us": t[(9 * len(t)) // 10]}
-    return out
+    return {k: summarise([a.elapsed_time(b) * 1e3 for a, b in zip(starts[k], ends[k])]) for k in runs}
+
+
+def summarise(samples):
+    t = sorted(samples)
+    return {"median_us": statistics.median(t), "p10_us": t[len(t) // 10], "p90_us": t[(9 * len(t)) // 10]}
+
+
+def device_info(dev):
+    if dev.type != "cuda":
+        return {"name": "cpu", "torch": torch.__version__, "triton": triton.__version__,
+                "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1"}
+    p = torch.cuda.get_device_properties(dev)
+    return {"name": p.name, "sm": f"{p.major}.{p.minor}", "sms": p.multi_processor_count,
+            "torch": torch.__version__, "triton": triton.__version__}
 
 
 def main():
@@ -241,34 +270,41 @@ def main():
     ap.add_argument("--winners", default=None, help="a bench/service_tuning.py results JSON: its winners' configs")
     ap.add_argument("--batches", default="1,2,4,8,16,32,64")
     ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--spec", choices=sorted(SPECS), default="k2-tp8")
+    ap.add_argument("--device", default="cuda", help="cuda, or cpu (with TRITON_INTERPRET=1: a functional run, "
+                                                     "no graphs, no second stream, no kernel counts)")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("moe_block.py is a GPU benchmark: no CUDA device here (nothing to do on a CPU machine)")
-    dev = torch.device("cuda")
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("moe_block.py: no CUDA device here (use --device cpu --spec tiny with TRITON_INTERPRET=1)")
+    spec = SPECS[args.spec]
     configs = json.load(open(args.configs)) if args.configs else {}
     if args.winners:
         configs = {**configs_from_tuning(args.winners), **configs}
-    W = make_weights(dev, torch.Generator(device=dev).manual_seed(0))
+    W = make_weights(spec, dev, torch.Generator(device=dev).manual_seed(0))
     rows = []
     for m in [int(b) for b in args.batches.split(",")]:
-        paths, buf, experts_name, capturable = build_paths(m, W, configs, dev)
-        runs = {name: (capture(fn) if capturable or name != "stock" else fn) for name, fn in paths.items()}
+        paths, buf, experts_name, capturable = build_paths(spec, m, W, configs, dev)
+        runs = {name: (capture(fn, dev) if capturable or name != "stock" else fn) for name, fn in paths.items()}
         if not capturable:
             paths["stock"]()
         for run in runs.values():
             run()
-        torch.cuda.synchronize()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
         ref = buf["stock_out"].float()
 
         def rel(name):
             return ((buf[name].float() - ref).norm() / ref.norm()).item()
 
         same = (buf["ids"].long().sort(-1).values == buf["stock_ids"].sort(-1).values).all(-1).float().mean().item()
-        times = time_pair(runs, args.reps)
-        row = {"M": m, "topk_set_match": same}
+        times = time_pair(runs, args.reps, dev)
+        row = {"M": m, "topk_set_match": same, "side_stream": dev.type == "cuda"}
         for name, run in runs.items():
-            k, k_all = count_kernels(run)
-            row[name] = {**times[name], "kernels": k, "events": k_all, "graph": name != "stock" or capturable}
+            k, k_all = count_kernels(run, dev)
+            row[name] = {**times[name], "kernels": k, "events": k_all,
+                         "graph": dev.type == "cuda" and (name != "stock" or capturable)}
         row["stock"]["routed_experts"] = experts_name
         row["stock_graph"]["routed_experts"] = "torch gather + bmm (graph)"
         row["rel_l2_vs_stock"] = {"tuned": rel("out"), "tuned_side": rel("out_side"), "stock_graph": rel("stock_g_out")}
@@ -278,10 +314,9 @@ def main():
         # The pair on two streams against one stream: what overlapping the shared expert buys.
         row["side_stream_gain"] = times["tuned"]["median_us"] / times["tuned_side"]["median_us"]
         rows.append(row)
-        print(f"M={m:3d}  " + "  ".join(f"{n} {row[n]['median_us']:8.1f} us ({row[n]['kernels']:3d} k)" for n in runs)
+        print(f"M={m:3d}  " + "  ".join(f"{n} {row[n]['median_us']:8.1f} us ({row[n]['kernels']} k)" for n in runs)
               + f"  side-stream x{row['side_stream_gain']:.2f}  relL2 {row['rel_l2_vs_stock']['tuned']:.2e}"
               f"  topk-match {same:.3f}", flush=True)
-    p = torch.cuda.get_device_properties(0)
     commit = os.environ.get("KT_COMMIT", "")  # the device copy's .git can lag the tree that travelled
     try:
         commit = commit or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
@@ -290,10 +325,8 @@ def main():
         commit = "unknown"
     result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "commit": commit,
               "command": " ".join(sys.argv),
-              "device": {"name": p.name, "sm": f"{p.major}.{p.minor}", "sms": p.multi_processor_count,
-                         "torch": torch.__version__, "triton": triton.__version__},
-              "spec": SPEC, "configs": configs, "rows": rows}
-    out_dir = pathlib.Path(os.environ.get("OUT", "."))
+              "device": device_info(dev), "spec_name": args.spec, "spec": spec, "configs": configs, "rows": rows}
+    out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "moe_block.json").write_text(json.dumps(result, indent=1))
     print(f"wrote {out_dir / 'moe_block.json'}")

@@ -1,0 +1,45 @@
+"""bench/moe_block.py on the CPU: the tiny spec under Triton's interpreter runs all four paths (stock, stock_graph,
+tuned, tuned_side) and writes its file; the tuned paths agree with the stock block; winners of a service
+tuning file become the block's configs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_tiny_block_runs_every_path_and_matches_stock(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "bench/moe_block.py", "--device", "cpu", "--spec", "tiny", "--batches", "1,3",
+                          "--reps", "1", "--out", str(tmp_path)], cwd=REPO, env={**os.environ, "TRITON_INTERPRET": "1"},
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = json.loads((tmp_path / "moe_block.json").read_text())
+    assert doc["spec_name"] == "tiny" and doc["device"]["name"] == "cpu" and doc["commit"]
+    assert [r["M"] for r in doc["rows"]] == [1, 3]
+    for r in doc["rows"]:
+        for path in ("stock", "stock_graph", "tuned", "tuned_side"):
+            assert r[path]["median_us"] > 0 and r[path]["graph"] is False
+        assert r["side_stream"] is False  # a CPU has no second stream: the row says so
+        # bf16 kernels against the bf16 torch block: within the slots' own check tolerances
+        assert max(r["rel_l2_vs_stock"].values()) < 0.03, r["rel_l2_vs_stock"]
+        assert r["topk_set_match"] == 1.0
+        assert r["speedup_tuned_vs_stock_graph"] > 0 and r["side_stream_gain"] > 0
+
+
+def test_winners_of_a_tuning_file_become_the_block_configs() -> None:
+    spec = importlib.util.spec_from_file_location("kt_moe_block", REPO / "bench" / "moe_block.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    # session F: add_rmsnorm, router and shared_expert won buckets with the block's own variant files
+    configs = mod.configs_from_tuning(REPO / "bench" / "results" / "2026-12-03-h200-decode-tuning-f.json")
+    assert set(configs) == {"add_rmsnorm", "router", "shared_expert"}
+    assert configs["router"]["1"]["EPILOGUE"] == "fused" and configs["router"]["4"]["EPILOGUE"] == "separate"
+    assert mod.pick(configs, "router", 2) == configs["router"]["1"]   # the largest winning M <= 2
+    assert mod.pick(configs, "router", 64) == configs["router"]["64"]
+    assert mod.pick(configs, "moe_experts", 1) == {}                   # no winner: the variant's default
