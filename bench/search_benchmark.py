@@ -9,6 +9,7 @@ evaluations than random. Writes bench/results/<date>-search-<landscape>.json and
 
     python bench/search_benchmark.py                                    # measured landscapes
     python bench/search_benchmark.py --make-synthetic --allow-synthetic # a synthetic one, labelled so
+    python bench/search_benchmark.py --merge A.json B.json              # one landscape per M, benchmarked as one
 """
 
 from __future__ import annotations
@@ -210,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="give up on a run after this fraction of the valid space (counts as not reached)")
     parser.add_argument("--allow-synthetic", action="store_true", help="also benchmark synthetic landscapes")
     parser.add_argument("--make-synthetic", action="store_true", help="write the synthetic landscape first")
+    parser.add_argument("--merge", action="store_true",
+                        help="the given landscapes are one variant and shape at different Ms: benchmark them as one "
+                             "(transfer then seeds each M from the others)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     command = shlex.join([Path(sys.argv[0]).as_posix(), *(sys.argv[1:] if argv is None else argv)])
@@ -221,8 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         paths = sorted(LANDSCAPES.glob("*.json"))
     chosen = []
-    for path in paths:
-        landscape = Landscape.load(path)
+    loaded = [(path, Landscape.load(path)) for path in paths]
+    if args.merge:
+        merged = Landscape.merge([landscape for _, landscape in loaded])
+        loaded = [(paths[0].with_name("merged-" + paths[0].name), merged)]
+    for path, landscape in loaded:
         if landscape.meta.source != "measured" and not args.allow_synthetic:
             print(f"skip {path}: source={landscape.meta.source} (pass --allow-synthetic)")
             continue

@@ -65,6 +65,10 @@ class LandscapeRecord(BaseModel):
     short_cost_s: float | None = None
 
 
+def _device_key(hardware: Mapping[str, Any]) -> str:
+    return str(hardware.get("hardware_key") or hardware.get("name") or hardware)
+
+
 class Landscape:
     def __init__(self, meta: LandscapeMeta, records: Sequence[LandscapeRecord]) -> None:
         self.meta = meta
@@ -89,6 +93,33 @@ class Landscape:
         data = {"meta": self.meta.model_dump(), "records": [r.model_dump(exclude_none=True) for r in self.records]}
         path.write_text(json.dumps(data, indent=1) + "\n")
         return path
+
+    @classmethod
+    def merge(cls, parts: Sequence["Landscape"]) -> "Landscape":
+        """One landscape from several recorded at different Ms (one device step per M) of the same variant,
+        shape, space and device, so a strategy benchmark can seed one M from another (transfer)."""
+        if not parts:
+            raise LandscapeError("nothing to merge")
+        first = parts[0].meta
+        same = ("slot", "variant", "language", "shape", "space", "limits")
+        for part in parts[1:]:
+            for field in same:
+                if getattr(part.meta, field) != getattr(first, field):
+                    raise LandscapeError(f"cannot merge: {field} differs ({getattr(part.meta, field)!r} vs "
+                                         f"{getattr(first, field)!r})")
+            if _device_key(part.meta.hardware) != _device_key(first.hardware):
+                raise LandscapeError(f"cannot merge: recorded on {_device_key(part.meta.hardware)} and "
+                                     f"{_device_key(first.hardware)}")
+        ms = [m for part in parts for m in part.meta.ms]
+        if len(ms) != len(set(ms)):
+            raise LandscapeError(f"cannot merge: an M is in more than one landscape ({sorted(ms)})")
+        meta = first.model_copy(update={
+            "ms": sorted(ms), "date": max(p.meta.date for p in parts),
+            "commit": "+".join(p.meta.commit for p in parts), "command": " ; ".join(p.meta.command for p in parts),
+            "source": "measured" if all(p.meta.source == "measured" for p in parts) else "synthetic",
+            "notes": "merged (search/landscape.py Landscape.merge) from: "
+                     + " | ".join(f"M={p.meta.ms}: {p.meta.notes}" for p in parts)})
+        return cls(meta, [r for p in parts for r in p.records])
 
     # -- the space this landscape covers ---------------------------------------------------------
     def space(self) -> ConfigSpace:

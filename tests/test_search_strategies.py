@@ -277,3 +277,44 @@ def test_a_partial_landscape_narrows_to_exactly_its_measured_points() -> None:
         for c in narrowed.configs(m):
             narrowed.record(c, m)
     assert "narrowed" in narrowed.meta.notes and narrowed.meta.source == full.meta.source
+
+
+def _per_m(full: Landscape, m: int, **meta: object) -> Landscape:
+    return Landscape(full.meta.model_copy(update={"ms": [m], **meta}), [r for r in full.records if r.m == m])
+
+
+def test_landscapes_of_one_variant_at_different_ms_merge_into_one(tmp_path) -> None:
+    """One device step per M gives one file per M; merged, they answer exactly as one recording of both Ms
+    would, and the benchmark's transfer row seeds each M from the other."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from search.landscape import LandscapeError
+
+    full = synthetic_gemm_landscape(SPACE, DIMS, [1, 8], seed=0)
+    m1, m8 = _per_m(full, 1, commit="aaa"), _per_m(full, 8, commit="bbb")
+    merged = Landscape.merge([m8, m1])
+    assert merged.meta.ms == [1, 8] and merged.is_complete() and merged.meta.commit == "bbb+aaa"
+    for m in (1, 8):
+        assert merged.exhaustive_best(m) == full.exhaustive_best(m)
+        for c in full.configs(m)[::7]:
+            assert merged.objective(c, m) == full.objective(c, m)
+    with pytest.raises(LandscapeError, match="an M is in more than one"):
+        Landscape.merge([m1, m1])
+    with pytest.raises(LandscapeError, match="space differs"):
+        Landscape.merge([m1, _per_m(full, 8, space={**SPACE, "num_warps": [4]})])
+    with pytest.raises(LandscapeError, match="recorded on"):
+        Landscape.merge([m1, _per_m(full, 8, hardware={"hardware_key": "other-gpu"})])
+
+    paths = [m1.save(tmp_path / "m1.json"), m8.save(tmp_path / "m8.json")]
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "bench/search_benchmark.py", "--merge", "--allow-synthetic", *map(str, paths),
+                          "--strategies", "random", "transfer", "--seeds", "2", "--out", str(tmp_path / "res")],
+                         cwd=repo, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (res,) = (tmp_path / "res").glob("*-search-merged-m1.json")
+    rows = json.loads(res.read_text())["rows"]
+    assert [r["target"] for r in rows] == ["M=1", "M=8"]
+    assert all("transfer" in r["strategies"] for r in rows)  # seeded from the other M of the merged file
