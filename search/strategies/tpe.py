@@ -12,8 +12,8 @@ without intermediate values in its "bad" group, so it learns to avoid the invali
 parameter changed, an ordinal by one place) of the ``local_top`` best results so far; TPE fills the rest.
 On the two landscapes measured on the H200 (smooth in each parameter) two a round cut the median
 evaluations to the target from 22 to 17 (Triton) and 18 to 14.5 (CuTe); on the synthetic landscape
-(a roofline model with per-point noise) they cost 5-35% more, so the default stays 0
-(bench/results/*-search-*.md, row tpe_local).
+(a roofline model with per-point noise) the medians grew 7-33%, so the default stays 0
+(bench/results/2026-12-03-search-*.md, rows tpe_local).
 """
 
 from __future__ import annotations
@@ -78,9 +78,11 @@ class TPESearch(SearchStrategy):
         self.fallback_proposals = 0
         self.local_per_round, self.local_top = local_per_round, local_top
         self.local_proposals = 0
-        # Each valid point's encoding, for the neighbour look-up of the local step.
-        self._encoded = [(c, self._encode(c)) for c in self.valid_points]
+        # Valid points by their encoding, for the neighbour look-up of the local steps.
+        self._names = list(space.params)
+        self._by_code = {self._code(c): c for c in self.valid_points}
         self._by_key = {Proposal(config=c).key: c for c in self.valid_points}
+        self._local_rng = np.random.default_rng([seed, 0x10C])  # the order neighbours are tried in
 
     def _config_of(self, trial: Trial) -> Config:
         return {name: self._domains[name][trial.params[name]] if name in self._ordinal else trial.params[name]
@@ -145,23 +147,36 @@ class TPESearch(SearchStrategy):
                 self.fallback_proposals += 1
         return out
 
+    def _code(self, config: Config) -> tuple[Any, ...]:
+        enc = self._encode(config)
+        return tuple(enc[name] for name in self._names)
+
     def _neighbours(self, config: Config) -> list[Config]:
         """Valid points one step away: one parameter changed, an ordinal by one place in its values."""
-        enc = self._encode(config)
+        code = self._code(config)
         out = []
-        for other, oenc in self._encoded:
-            diff = [name for name in enc if oenc[name] != enc[name]]
-            if len(diff) == 1 and (diff[0] not in self._ordinal or abs(oenc[diff[0]] - enc[diff[0]]) == 1):
-                out.append(other)
+        for i, name in enumerate(self._names):
+            if name in self._ordinal:
+                steps = [code[i] - 1, code[i] + 1]
+            else:
+                steps = [v for v in self._domains[name] if v != code[i]]
+            for v in steps:
+                other = self._by_code.get(code[:i] + (v,) + code[i + 1:])
+                if other is not None:
+                    out.append(other)
         return out
 
     def _local_candidates(self) -> list[Config]:
-        """Unseen neighbours of the best full results so far, best first."""
-        ranked = sorted(((o.value_us, k) for k, o in self.results.items() if o.ok and o.value_us is not None))
+        """Unseen neighbours of the best full results so far, best centre first, each centre's neighbours
+        in a seeded random order (a fixed order would favour whichever parameter comes first)."""
+        ranked = sorted((o.value_us, k) for k, o in self.results.items()
+                        if o.ok and o.value_us is not None and k in self._by_key)  # full-fidelity results only
         out: list[Config] = []
         keys: set[str] = set()
         for _, key in ranked[:self.local_top]:
-            for c in self._neighbours(self._by_key[key]):
+            around = self._neighbours(self._by_key[key])
+            for i in self._local_rng.permutation(len(around)):
+                c = around[i]
                 k = Proposal(config=c).key
                 if k not in keys and not self.seen(c):
                     keys.add(k)
