@@ -11,7 +11,7 @@ without intermediate values in its "bad" group, so it learns to avoid the invali
 ``local_per_round`` > 0 adds local steps: each round's first proposals are unseen neighbours (one
 parameter changed, an ordinal by one place) of the ``local_top`` best results so far; TPE fills the rest.
 On the two landscapes measured on the H200 (smooth in each parameter) two a round cut the median
-evaluations to the target from 22 to 17 (Triton) and 18 to 14.5 (CuTe); on the synthetic landscape
+evaluations to the target from 22 to 17.5 (Triton) and 18 to 16 (CuTe); on the synthetic landscape
 (a roofline model with per-point noise) the medians grew 7-33%, so the default stays 0
 (bench/results/2026-12-03-search-*.md, rows tpe_local).
 """
