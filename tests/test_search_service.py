@@ -25,7 +25,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from db.models import Run
 from db.session import make_engine, make_session_factory
 from search.landscape import Landscape, synthetic_gemm_landscape
-from search.space import ConfigSpace
 from service.client import Client
 from service.embedded import EmbeddedStack
 from tests.support.intervals import peak_overlap
