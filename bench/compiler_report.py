@@ -7,6 +7,11 @@ every winner's (variant, config, shape, M) ahead of time exactly as the worker's
 ptxas on the PTX and writes bench/results/<date>-sm90a-compiler-report.{json,md}.
 
     python bench/compiler_report.py bench/results/2026-12-03-h200-decode-tuning-{f,h,i}.json
+    python bench/compiler_report.py --plan bench/plans/h200_decode_all.json   # pre-flight of a device plan
+
+With --plan, every (config, shape, M) a service-tuning plan will run, for its Triton variants (CuTe DSL
+needs its own package here), is compiled the same way before any device time is spent on it: a config
+that fails to compile or spills shows up here, not as a verdict on the GPU.
 
 Occupancy is the CUDA occupancy calculator's arithmetic for one SM of an H100/H200-class sm_90
 part: 65,536 registers (allocated per warp in units of 256), 2,048 threads, 32 blocks, 228 KiB of
@@ -155,6 +160,31 @@ def winners_to_compile(results: list[Path]) -> list[dict[str, Any]]:
     return list(todo.values())
 
 
+def plan_to_compile(plan_path: Path) -> list[dict[str, Any]]:
+    """The Triton (config, shape, M) triples a bench/service_tuning.py plan submits (same validity rules)."""
+    from kernels.variant_meta import declared_space
+    from search.space import ConfigSpace
+
+    plan = json.loads(plan_path.read_text())
+    todo = []
+    for item in plan["variants"]:
+        if item["language"] != "triton":
+            continue
+        dep = Deployment(**{**plan["deployment"], **({"batch_sizes": item["batch_sizes"]} if item.get("batch_sizes") else {})})
+        space = ConfigSpace.parse(declared_space((REPO / item["file"]).read_text()) or {})
+        shapes = [s for s in get_slot(item["slot"]).shapes(dep) if not item.get("shapes") or s.name in item["shapes"]]
+        for shape in shapes:
+            for m in dep.token_counts():
+                for config in item["configs"]:
+                    build_shape = shape.as_build_arg(m)
+                    if space.is_valid(config, build_shape):
+                        todo.append({"results": plan_path.name, "slot": item["slot"], "shape": shape.name,
+                                     "bucket": None, "m": m, "language": "triton", "file": item["file"],
+                                     "config": config, "speedup": None, "frac_of_floor": None,
+                                     "build_shape": build_shape})
+    return todo
+
+
 def library_versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for name, dist in (("triton", "triton"), ("cutlass_dsl", "nvidia-cutlass-dsl")):
@@ -168,7 +198,8 @@ def library_versions() -> dict[str, str | None]:
 
 
 def markdown(header: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    out = [f"# Compiler report for the H200 winners (sm_90a, {header['ptxas']})", "",
+    subject = "the H200 winners" if "--plan" not in header["command"] else "a device plan, before it runs"
+    out = [f"# Compiler report for {subject} (sm_90a, {header['ptxas']})", "",
            f"- date: {header['date']}; commit: `{header['commit']}`; command: `{header['command']}`",
            "- from ptxas -v on the PTX each winner compiles to (no GPU); occupancy per SM from registers, "
            "threads per block and static shared memory (Triton's and CuTe's pipelined tiles are dynamic "
@@ -188,18 +219,21 @@ def markdown(header: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             out.append(f"| {r['slot']} / {r['shape']} | {r['m']} | {Path(r['file']).name} | `{k['kernel'][:40]}` | "
                        f"{k.get('threads') or '-'} | {k.get('registers', '-')} | {k['spill_store_bytes']}/{k['spill_load_bytes']} | "
                        f"{k['smem_bytes']} | {k.get('blocks_per_sm') or '-'} | {occ} | {k['limited_by']} | "
-                       f"{(r['speedup'] or 0):.2f}x | {(r['frac_of_floor'] or 0):.0%} |")
+                       + ("- | - |" if r["speedup"] is None else f"{r['speedup']:.2f}x | {(r['frac_of_floor'] or 0):.0%} |"))
     return "\n".join(out) + "\n"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("results", nargs="+", type=Path, help="service-tuning results JSON files")
+    ap.add_argument("results", nargs="*", type=Path, help="service-tuning results JSON files")
+    ap.add_argument("--plan", type=Path, help="a service-tuning plan: compile what it will run (pre-flight)")
     ap.add_argument("--out", type=Path, default=REPO / "bench/results")
     args = ap.parse_args()
+    if bool(args.plan) == bool(args.results):
+        ap.error("give results files or --plan, not both")
     os.environ.pop("TRITON_INTERPRET", None)
     rows = []
-    for item in winners_to_compile(args.results):
+    for item in (plan_to_compile(args.plan) if args.plan else winners_to_compile(args.results)):
         try:
             ptx = ptx_of(REPO / item["file"], item["language"], item["config"], item["build_shape"])
             item["kernels"] = ptxas_report(ptx)
@@ -216,7 +250,7 @@ def main() -> int:
               "libraries": library_versions(),
               "sm_limits": SM90}
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"{header['date']}-sm90a-compiler-report"
+    stem = args.out / (f"{header['date']}-sm90a-compiler-report" + (f"-plan-{args.plan.stem}" if args.plan else ""))
     stem.with_suffix(".json").write_text(json.dumps({**header, "rows": rows}, indent=1) + "\n")
     stem.with_suffix(".md").write_text(markdown(header, rows))
     print(f"wrote {stem}.json and .md")

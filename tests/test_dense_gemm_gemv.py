@@ -82,8 +82,8 @@ CASES = {
     "split16": (dict(BLOCK_N=16, BLOCK_K=32, SPLIT_K=16, num_warps=1, num_stages=2), (1, 4), 24, 512),
     # num_stages 0: the K range unrolled at compile time, all loads up front (4 steps in one split; 2 x 2
     # split; ragged N with clamped rows).
-    "unrolled-split1": (dict(BLOCK_N=4, BLOCK_K=64, SPLIT_K=1, num_warps=1, num_stages=0), MS, 48, 256),
-    "unrolled-split2": (dict(BLOCK_N=8, BLOCK_K=64, SPLIT_K=2, num_warps=2, num_stages=0), (1, 3, 16), 40, 256),
+    "unrolled-split1": (dict(BLOCK_N=4, BLOCK_K=64, SPLIT_K=1, num_warps=1, num_stages=0), (1, 2, 3, 5, 8), 48, 256),
+    "unrolled-split2": (dict(BLOCK_N=8, BLOCK_K=64, SPLIT_K=2, num_warps=2, num_stages=0), (1, 3, 8), 40, 256),
 }
 
 
@@ -134,9 +134,12 @@ def test_build_rejects_large_m_and_bad_configs():
     # unrolled: splits of whole, equal step counts (1536 = 3 steps of 512: not 2 splits) and bounded loads
     with pytest.raises(ValueError, match="num_stages > 0 or \\(K % BLOCK_K"):
         mod.build({"BLOCK_K": 512, "SPLIT_K": 2, "num_stages": 0}, dict(M=1, N=1536, K=1536))
-    with pytest.raises(ValueError, match="num_stages > 0 or \\(K // SPLIT_K\\) \\* BLOCK_N"):
+    with pytest.raises(ValueError, match="num_stages > 0 or \\(K // SPLIT_K\\) \\* \\(BLOCK_M \\+ BLOCK_N\\)"):
         mod.build({"BLOCK_N": 32, "BLOCK_K": 512, "SPLIT_K": 1, "num_warps": 4, "num_stages": 0},
                   dict(M=1, N=2112, K=7168))
+    with pytest.raises(ValueError, match="num_stages > 0 or BLOCK_M \\* BLOCK_N \\* BLOCK_K <= 2048"):
+        mod.build({"BLOCK_M": 16, "BLOCK_N": 4, "BLOCK_K": 128, "SPLIT_K": 4, "num_warps": 2, "num_stages": 0},
+                  dict(M=16, N=1536, K=1536))
 
 
 # --- ahead-of-time PTX for the K2 TP8 shapes ----------------------------------------------------------
@@ -150,7 +153,7 @@ PTX_CONFIGS = {
     "m1-split4-stages1": (1, dict(BLOCK_M=1, BLOCK_N=8, BLOCK_K=256, SPLIT_K=4, num_warps=2, num_stages=1)),
     "m16-split1": (16, dict(BLOCK_M=16, BLOCK_N=4, BLOCK_K=128, SPLIT_K=1, num_warps=2, num_stages=3)),
     "m16-split4": (16, dict(BLOCK_M=16, BLOCK_N=8, BLOCK_K=128, SPLIT_K=4, num_warps=4, num_stages=2)),
-    "m1-unrolled-split4": (1, dict(BLOCK_M=1, BLOCK_N=4, BLOCK_K=128, SPLIT_K=4, num_warps=2, num_stages=0)),
+    "m1-unrolled-split4": (1, dict(BLOCK_M=1, BLOCK_N=8, BLOCK_K=128, SPLIT_K=4, num_warps=4, num_stages=0)),
 }
 
 

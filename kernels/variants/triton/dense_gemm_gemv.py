@@ -26,7 +26,7 @@ time (a constexpr), unrolled with static_range: no load waits on another or on a
 in flight at once and a program waits for DRAM about once, not once per K step (sm_90a PTX for q_b_proj
 at BLOCK_N 4, BLOCK_K 512, SPLIT_K 1: all 15 vector loads come before the first FMA). At decode sizes that wait (~1 us)
 is the floor's own order of magnitude (q_b_proj: 4.7 MB, 1.1 us), so a runtime K loop of 2-3 steps pays it
-2-3 times. The constraints keep the W bytes in flight at <= 256 per thread.
+2-3 times. The constraints keep the bytes in flight at <= 256 per thread: a GEMV mode for M <= 8.
 
 Under TRITON_INTERPRET=1 (CPU) the same code runs: the interpreter executes programs one after another,
 so the counter protocol reduces to "the last split of a tile sums". There is no tl.dot, so no UPCAST
@@ -59,9 +59,12 @@ CONSTRAINTS = [
     "BLOCK_N <= N",
     "BLOCK_N * BLOCK_K >= 256 * num_warps",  # every thread loads whole 16-byte vectors of W
     "BLOCK_M * BLOCK_N * BLOCK_K <= 4096 * num_warps",  # fp32 partial sums: <= 128 registers a thread
-    # unrolled: every split the same whole number of BLOCK_K steps, and <= 256 bytes of W in flight a thread
+    # unrolled: every split the same whole number of BLOCK_K steps; <= 256 bytes of W and x in flight a thread
+    # and <= 64 accumulator registers (without these, M = 16 at K = 7168 compiled to 255 registers and
+    # spilled: bench/compiler_report.py --plan)
     "num_stages > 0 or (K % BLOCK_K == 0 and (K // BLOCK_K) % SPLIT_K == 0)",
-    "num_stages > 0 or (K // SPLIT_K) * BLOCK_N <= 4096 * num_warps",
+    "num_stages > 0 or (K // SPLIT_K) * (BLOCK_M + BLOCK_N) <= 4096 * num_warps",
+    "num_stages > 0 or BLOCK_M * BLOCK_N * BLOCK_K <= 2048 * num_warps",
 ]
 DEFAULT = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 2, "num_warps": 4, "num_stages": 3}
 
