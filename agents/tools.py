@@ -400,8 +400,9 @@ class SearchArgs(DeploymentArgs):
     shapes: list[str] | None = None
     seed: int = 0
     options: dict[str, int | float] = Field(
-        default_factory=dict, description="strategy options, e.g. {\"local_per_round\": 2} (tpe: local steps from the "
-                                          "best so far), {\"n_startup_trials\": 6}, {\"eta\": 3} (successive halving)")
+        default_factory=dict, description="strategy options, e.g. {\"local_per_round\": 0} (tpe without its local steps "
+                                          "from the best so far; default 2), {\"n_startup_trials\": 6}, {\"eta\": 3} "
+                                          "(successive halving)")
 
 
 class SearchStarted(BaseModel):

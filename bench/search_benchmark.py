@@ -36,9 +36,9 @@ from search.strategies import Budget, make_strategy, nearest_seeds  # noqa: E402
 
 LANDSCAPES = ROOT / "bench" / "landscapes"
 RESULTS = ROOT / "bench" / "results"
-SMART = ("tpe", "tpe_local", "successive_halving")
-# Rows that are a strategy with options: name -> (strategy, options).
-VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {"tpe_local": ("tpe", {"local_per_round": 2})}
+SMART = ("tpe", "tpe_plain", "successive_halving")
+# Rows that are a strategy with options: name -> (strategy, options). tpe_plain: TPE without local steps.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {"tpe_plain": ("tpe", {"local_per_round": 0})}
 MAX_FRACTION = 0.15
 MIN_SPEEDUP_OVER_RANDOM = 2.0
 
@@ -201,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("landscapes", nargs="*", type=Path, help="landscape JSON files (default: bench/landscapes/*)")
     parser.add_argument("--strategies", nargs="+",
-                        default=["random", "tpe", "tpe_local", "successive_halving", "transfer"],
-                        help="strategy names, or tpe_local: TPE with local_per_round=2")
+                        default=["random", "tpe", "tpe_plain", "successive_halving", "transfer"],
+                        help="strategy names, or tpe_plain: TPE without local steps (local_per_round=0)")
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--per", choices=["m", "bucket"], default="m")
     parser.add_argument("--within", type=float, default=0.03)

@@ -8,12 +8,12 @@ Optuna knows nothing of the constraints, so it may propose an invalid combinatio
 PRUNED at once and never leaves this module (no evaluation is spent on it). Optuna puts pruned trials
 without intermediate values in its "bad" group, so it learns to avoid the invalid region.
 
-``local_per_round`` > 0 adds local steps: each round's first proposals are unseen neighbours (one
-parameter changed, an ordinal by one place) of the ``local_top`` best results so far; TPE fills the rest.
-On the two landscapes measured on the H200 (smooth in each parameter) two a round cut the median
-evaluations to the target from 22 to 17.5 (Triton) and 18 to 16 (CuTe); on the synthetic landscape
-(a roofline model with per-point noise) the medians grew 7-33%, so the default stays 0
-(bench/results/2026-12-03-search-*.md, rows tpe_local).
+Local steps (``local_per_round``, default 2; 0 is plain TPE): each round's first proposals are unseen
+neighbours (one parameter changed, an ordinal by one place, tried in a seeded random order) of the
+``local_top`` best results so far; TPE fills the rest. On the two landscapes measured on the H200 they cut
+the median evaluations to within 3% of the best from 22 to 17.5 (Triton) and 18 to 16 (CuTe); on the
+synthetic landscape the medians were equal or lower at every M and the p90 lower
+(bench/results/2026-12-03-search-*.md: rows tpe and tpe_plain; -synthetic-tpe-local.md).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class TPESearch(SearchStrategy):
 
     def __init__(self, space: ConfigSpace, shape: Mapping[str, Any], *, budget: Budget | None = None,
                  seed: int = 0, limits: Mapping[str, Any] | None = None, n_startup_trials: int = 10,
-                 max_model_asks: int | None = None, first: Sequence[Config] = (), local_per_round: int = 0,
+                 max_model_asks: int | None = None, first: Sequence[Config] = (), local_per_round: int = 2,
                  local_top: int = 1) -> None:
         """``max_model_asks``: how many invalid or already-seen proposals Optuna may make in one ``ask(n)``
         (default 2n + 4) before the rest of the round falls back to seeded random unseen points: a
