@@ -2,7 +2,7 @@
 # Device session K on the lent H200 (carry .whl2 and .cutexz; install line as in h200_session_h.sh):
 # every single-GPU slot tuned through ONE embedded service, so one winners table (one SQLite file,
 # copied beside the results) holds them all: bench/plans/h200_decode_all.json (the configs that won a
-# bucket in sessions F, H and I, plus the landscape's best split-K point and the GEMV's new unrolled configs; the CuTe GEMV at M=1 only; 101 runs). Six workers: a
+# bucket in sessions F, H and I, plus the landscape's best split-K point and the GEMV's new unrolled configs; the CuTe GEMV at M=1 only; 92 runs). Six workers: a
 # MoE child holds ~15 GB of weight sets, and the device lock serialises the timed phases anyway.
 # Jobs run in plan order: the small slots and MoE first (so the table holds every slot even if the budget
 # ends early), then the dense GEMM variants. Then the winners are exported and the wheel self-tested.
