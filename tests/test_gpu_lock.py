@@ -72,7 +72,7 @@ def test_the_wait_log_records_time_spent_queued_and_a_wait_in_progress(tmp_path:
     assert read_wait_log(log) == 0.0
     with waiter.shared():  # free: no measurable wait
         pass
-    assert read_wait_log(log) < 0.05
+    assert read_wait_log(log) < 0.3  # three flock calls; generous for a loaded CI machine, far below the 0.6 s wait below
     ctx = mp.get_context("fork")
     with holder.exclusive():
         p = ctx.Process(target=lambda: waiter.shared().__enter__())
