@@ -22,6 +22,6 @@ demo: setup
 # the others use. Both parts always run; the target fails if either does.
 KT_TEST_JOBS ?= 2
 test: setup
-	$(PY) -m pytest -q -p no:cacheprovider -n $(KT_TEST_JOBS) --dist loadfile -m "not alone"; rc=$$?; \
+	$(PY) -m pytest -q -p no:cacheprovider -n $(KT_TEST_JOBS) --dist loadfile --no-loadscope-reorder -m "not alone"; rc=$$?; \
 	$(PY) -m pytest -q -p no:cacheprovider -m alone || rc=1; \
 	exit $$rc

@@ -173,10 +173,13 @@ def run_result() -> Callable[..., dict[str, Any]]:
 
 # --- order --------------------------------------------------------------------------------------
 
-# The longest files first: `make test` spreads files over processes (pytest-xdist --dist loadfile) in
-# collection order, and a long file handed out last would run alone at the end. Within a file the
-# order is unchanged (stable sort).
-LONG_FILES = ("test_faults.py", "test_export.py", "test_fuzz_api.py", "test_e2e_service.py")
+# The longest files first: `make test` spreads files over processes (pytest-xdist --dist loadfile
+# --no-loadscope-reorder) in collection order, and a long file handed out last would run alone at the
+# end (xdist's default reorder, by test count, would send the few-test, 5-minute fault file near the
+# end). Within a file the order is unchanged (stable sort).
+LONG_FILES = ("test_faults.py", "test_dense_gemm_gemv.py", "test_search_service.py", "test_agents.py",
+              "test_export.py", "test_sandbox_security.py", "test_input_digest.py", "test_dashboard.py",
+              "test_fuzz_api.py", "test_e2e_service.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
