@@ -44,7 +44,7 @@ except ImportError as exc:  # pragma: no cover
     sys.exit(f"moe_block.py needs torch and triton on a CUDA machine: {exc}")
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-VARIANTS = ROOT / "kernels" / "variants" / "triton"
+VARIANTS = ROOT / "kernels" / "variants"
 SPECS = {
     "k2-tp8": dict(H=7168, E=384, top_k=8, n_group=1, topk_group=1, I=2048 // 8, I_shared=2048 // 8, eps=1e-6,
                    scaling=2.827, scoring="sigmoid", norm=True),
@@ -56,15 +56,8 @@ MODULES = {"add_rmsnorm": "add_rmsnorm_fused", "router": "router_fused", "moe_ex
            "shared_expert": "shared_expert_fused"}
 
 
-def load(name):
-    spec = importlib.util.spec_from_file_location(f"_bench_{name}", VARIANTS / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def load_torch(name):
-    spec = importlib.util.spec_from_file_location(f"_bench_torch_{name}", ROOT / "kernels" / "variants" / "torch" / f"{name}.py")
+def load(name, language="triton"):
+    spec = importlib.util.spec_from_file_location(f"_bench_{language}_{name}", VARIANTS / language / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -145,7 +138,7 @@ def stock_experts_fn():
 
 def build_paths(s, m, W, configs, dev):
     mods = {k: load(v) for k, v in MODULES.items()}
-    gather_bmm = load_torch("moe_experts_gather_bmm").build({"intermediate": "bf16"}, dict(M=m, top_k=s["top_k"], I=s["I"]))
+    gather_bmm = load("moe_experts_gather_bmm", "torch").build({"intermediate": "bf16"}, dict(M=m, top_k=s["top_k"], I=s["I"]))
     shp = {"add_rmsnorm": dict(H=s["H"], eps=s["eps"]),
            "router": dict(E=s["E"], K=s["H"], top_k=s["top_k"], n_group=s["n_group"], topk_group=s["topk_group"],
                           scaling=s["scaling"], norm=s["norm"], scoring=s["scoring"]),
