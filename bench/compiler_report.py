@@ -37,6 +37,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(REPO / "bench"))  # service_tuning's plan helpers, also when this file is imported
 
 from kernels.deployment import Deployment  # noqa: E402
 from kernels.catalogue import get_slot  # noqa: E402
@@ -161,27 +162,25 @@ def winners_to_compile(results: list[Path]) -> list[dict[str, Any]]:
 
 
 def plan_to_compile(plan_path: Path) -> list[dict[str, Any]]:
-    """The Triton (config, shape, M) triples a bench/service_tuning.py plan submits (same validity rules)."""
+    """The Triton (config, shape, M) triples a bench/service_tuning.py plan submits, planned by the API's own
+    job planner (service/routers/jobs.py _plan), so the validity rules are the service's."""
     from kernels.variant_meta import declared_space
     from search.space import ConfigSpace
+    from service.routers.jobs import _plan
+    from service_tuning import item_deployment
 
     plan = json.loads(plan_path.read_text())
     todo = []
     for item in plan["variants"]:
         if item["language"] != "triton":
             continue
-        dep = Deployment(**{**plan["deployment"], **({"batch_sizes": item["batch_sizes"]} if item.get("batch_sizes") else {})})
+        dep = Deployment(**item_deployment(plan, item))
         space = ConfigSpace.parse(declared_space((REPO / item["file"]).read_text()) or {})
         shapes = [s for s in get_slot(item["slot"]).shapes(dep) if not item.get("shapes") or s.name in item["shapes"]]
-        for shape in shapes:
-            for m in dep.token_counts():
-                for config in item["configs"]:
-                    build_shape = shape.as_build_arg(m)
-                    if space.is_valid(config, build_shape):
-                        todo.append({"results": plan_path.name, "slot": item["slot"], "shape": shape.name,
-                                     "bucket": None, "m": m, "language": "triton", "file": item["file"],
-                                     "config": config, "speedup": None, "frac_of_floor": None,
-                                     "build_shape": build_shape})
+        for run in _plan(space, item["configs"], shapes, dep.token_counts(), limit=1 << 30):
+            todo.append({"results": plan_path.name, "slot": item["slot"], "shape": run.shape.name, "bucket": None,
+                         "m": run.m, "language": "triton", "file": item["file"], "config": run.config,
+                         "speedup": None, "frac_of_floor": None, "build_shape": run.shape.as_build_arg(run.m)})
     return todo
 
 

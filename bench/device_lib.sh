@@ -1,7 +1,8 @@
 # Shared by the device session scripts (bench/h200_session_*.sh): sourced, not run.
 # Sets up the log under $OUT and gives run (a logged step), pr (pipeline_runs with its table
 # dropped: the device returns at most 8 files, the .md is rebuilt here by bench/render_tables.py)
-# and selftest_exported (install each exported wheel apart from kerneltune and run its self-test).
+# use_plan (set PLAN for bench/service_tuning.py) and selftest_exported (install each exported wheel apart
+# from kerneltune and run its self-test).
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PYTHONUNBUFFERED=1 KT_DATA_DIR=/tmp/kt
@@ -21,4 +22,16 @@ selftest_exported() {
     (cd /tmp && PYTHONPATH=/tmp/exported${KT_SELFTEST_PATH:+:$KT_SELFTEST_PATH} timeout 90 python3 -m "$pkg.selftest") > "$OUT/selftest.txt" 2>&1
     echo "== selftest exit $?" >> "$L"
   done
+}
+# use_plan FILE: PLAN=FILE when CuTe DSL imports here (and the exported wheel's self-test gets its path),
+# else PLAN is a copy of FILE without its CuTe variants.
+use_plan() {
+  PLAN=$1
+  if python3 -c "import cutlass.cute" 2>> "$L"; then
+    export KT_SELFTEST_PATH=/tmp/site/nvidia_cutlass_dsl/python_packages:/tmp/site
+  else
+    echo "== CuTe DSL not importable: the plan runs without its CuTe variant" >> "$L"
+    python3 -c "import json,sys; p=json.load(open(sys.argv[1])); p['variants']=[v for v in p['variants'] if v['language']!='cute']; json.dump(p,open('/tmp/plan.json','w'))" "$1"
+    PLAN=/tmp/plan.json
+  fi
 }

@@ -12,14 +12,7 @@
 #    config whose BLOCK_M fits M) and the CuTe GEMV on lm_head at M=64.
 source "$(dirname "$0")/device_lib.sh"
 export KT_LOG_FORMAT=plain KT_RUN_TIMEOUT_S=${KT_RUN_TIMEOUT_S:-90}
-PLAN=${KT_PLAN:-bench/plans/h200_decode_rest.json}
-if python3 -c "import cutlass.cute" 2>> "$L"; then
-  export KT_SELFTEST_PATH=/tmp/site/nvidia_cutlass_dsl/python_packages:/tmp/site
-else
-  echo "== CuTe DSL not importable: the plan runs without its CuTe variant" >> "$L"
-  python3 -c "import json,sys; p=json.load(open(sys.argv[1])); p['variants']=[v for v in p['variants'] if v['language']!='cute']; json.dump(p,open('/tmp/plan.json','w'))" "$PLAN"
-  PLAN=/tmp/plan.json
-fi
+use_plan "${KT_PLAN:-bench/plans/h200_decode_rest.json}"
 S=${KT_TUNING_S:-360}
 run timeout "$S" python3 bench/service_tuning.py --plan "$PLAN" --hardware h200 \
     --workers "${KT_WORKERS:-8}" --export --budget-s "$(( S - 45 ))" --out "$OUT"

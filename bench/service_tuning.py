@@ -49,6 +49,12 @@ def token_for(data_dir: Path) -> str | None:
     return path.read_text().strip() if path.exists() else os.environ.get("KT_TOKEN")
 
 
+def item_deployment(plan: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+    """The deployment a plan item's job runs with: the plan's, or its batch sizes narrowed by the item (a
+    kernel known to lose beyond M <= 2 need not spend device time there)."""
+    return {**plan["deployment"], **({"batch_sizes": item["batch_sizes"]} if item.get("batch_sizes") else {})}
+
+
 def run_plan(client: Client, plan: dict[str, Any], hardware: str, deadline: float) -> list[dict[str, Any]]:
     jobs = []
     for item in plan["variants"]:
@@ -62,10 +68,8 @@ def run_plan(client: Client, plan: dict[str, Any], hardware: str, deadline: floa
                            "notes": f"shipped variant {item['file']}"},
             **({"declares_library": True} if lit.get("USES_LIBRARY") else {}),
         })
-        # An item may narrow the batch sizes (a kernel known to lose beyond M <= 2 need not spend device time there).
-        deployment = {**plan["deployment"], **({"batch_sizes": item["batch_sizes"]} if item.get("batch_sizes") else {})}
         created = client.post("/v1/jobs", {
-            "variant_id": variant["id"], "deployment": deployment, "hardware": hardware,
+            "variant_id": variant["id"], "deployment": item_deployment(plan, item), "hardware": hardware,
             "configs": item.get("configs", "all"), **({"shapes": item["shapes"]} if item.get("shapes") else {}),
         })
         jobs.append({"file": item["file"], "variant_id": variant["id"], "job_id": created["job"]["id"],
