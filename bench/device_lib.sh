@@ -19,7 +19,7 @@ selftest_exported() {
     run python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/exported "$whl"
     # from /tmp with only the wheel on the path (and KT_SELFTEST_PATH: CuTe DSL where a winner is a CuTe
     # kernel, exported as source): the package must run without kerneltune
-    (cd /tmp && PYTHONPATH=/tmp/exported${KT_SELFTEST_PATH:+:$KT_SELFTEST_PATH} timeout 90 python3 -m "$pkg.selftest") > "$OUT/selftest.txt" 2>&1
+    (cd /tmp && PYTHONPATH=/tmp/exported${KT_SELFTEST_PATH:+:$KT_SELFTEST_PATH} timeout "${KT_SELFTEST_S:-240}" python3 -m "$pkg.selftest") > "$OUT/selftest.txt" 2>&1
     echo "== selftest exit $?" >> "$L"
   done
 }

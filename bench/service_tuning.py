@@ -68,6 +68,13 @@ def run_plan(client: Client, plan: dict[str, Any], hardware: str, deadline: floa
                            "notes": f"shipped variant {item['file']}"},
             **({"declares_library": True} if lit.get("USES_LIBRARY") else {}),
         })
+        if item.get("search"):  # the service's own search picks the configs (POST /v1/searches)
+            search = client.post("/v1/searches", search_request(plan, item, variant["id"], hardware))
+            jobs.append({"file": item["file"], "variant_id": variant["id"], "job_id": search["job_id"],
+                         "search_id": search["id"], "strategy": search["strategy"], "budget": search["budget"]})
+            print(f"submitted {item['file']}: variant {variant['id']} search {search['id']} ({search['strategy']}, "
+                  f"{search['budget']}) job {search['job_id']}", flush=True)
+            continue
         created = client.post("/v1/jobs", {
             "variant_id": variant["id"], "deployment": item_deployment(plan, item), "hardware": hardware,
             "configs": item.get("configs", "all"), **({"shapes": item["shapes"]} if item.get("shapes") else {}),
@@ -76,20 +83,58 @@ def run_plan(client: Client, plan: dict[str, Any], hardware: str, deadline: floa
                      "runs": created["runs"]})
         print(f"submitted {item['file']}: variant {variant['id']} job {created['job']['id']} ({created['runs']} runs)",
               flush=True)
-    pending = {j["job_id"] for j in jobs}
+    pending = {("search" if "search_id" in j else "job", j.get("search_id", j["job_id"])) for j in jobs}
     while pending and time.monotonic() < deadline:
-        for job_id in sorted(pending):
-            job = client.get(f"/v1/jobs/{job_id}")
-            if job["state"] in ("done", "cancelled"):
-                pending.discard(job_id)
-                print(f"job {job_id} {job['state']}: {job['progress']['by_verdict']}", flush=True)
+        for kind, ident in sorted(pending):
+            if kind == "job":
+                job = client.get(f"/v1/jobs/{ident}")
+                if job["state"] in ("done", "cancelled"):
+                    pending.discard((kind, ident))
+                    print(f"job {ident} {job['state']}: {job['progress']['by_verdict']}", flush=True)
+            else:
+                search = client.get(f"/v1/searches/{ident}")
+                if search["state"] in ("done", "cancelled", "failed"):
+                    pending.discard((kind, ident))
+                    print(f"search {ident} {search['state']}: {search['evaluations']} evaluations; "
+                          f"{search_best_line(search)}", flush=True)
         time.sleep(2)
-    for job_id in pending:  # out of time: what ran is kept, the rest is cancelled and reported
-        client.post(f"/v1/jobs/{job_id}/cancel")
-        print(f"job {job_id} cancelled at the deadline", flush=True)
+    for kind, ident in pending:  # out of time: what ran is kept, the rest is cancelled and reported
+        client.post(f"/v1/{'searches' if kind == 'search' else 'jobs'}/{ident}/cancel")
+        print(f"{kind} {ident} cancelled at the deadline", flush=True)
     for j in jobs:
         j["state"] = client.get(f"/v1/jobs/{j['job_id']}")["state"]
+        if "search_id" in j:
+            search = client.get(f"/v1/searches/{j['search_id']}")
+            j["search"] = {"state": search["state"], "evaluations": search["evaluations"],
+                           "targets": [{k: t[k] for k in ("label", "evaluations", "full_evaluations", "failed",
+                                                          "gpu_seconds", "best", "stop_reason", "history")}
+                                       for t in search["targets"]]}
     return jobs
+
+
+def search_request(plan: dict[str, Any], item: dict[str, Any], variant_id: int, hardware: str) -> dict[str, Any]:
+    """POST /v1/searches body of a plan item {"search": {"strategy", "budget", "batch_size", "seed", "options"}}."""
+    return {"variant_id": variant_id, "deployment": item_deployment(plan, item), "hardware": hardware,
+            **({"shapes": item["shapes"]} if item.get("shapes") else {}), **item["search"]}
+
+
+def search_best_line(search: dict[str, Any]) -> str:
+    parts = []
+    for t in search["targets"]:
+        b = t.get("best") or {}
+        sp = b.get("speedup")
+        parts.append(f"{t['label']}: best {b.get('median_us', float('nan')):.2f} us"
+                     f"{'' if sp is None else f' ({sp:.2f}x)'} after {t['evaluations']}" if b else f"{t['label']}: none")
+    return "; ".join(parts)
+
+
+def resume_db(src: Path, dst: Path) -> None:
+    """Copy an earlier service DB in through SQLite's backup API (the API migrates it on start)."""
+    if dst.exists():
+        raise SystemExit(f"--resume-db: {dst} exists; give a fresh --data-dir")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(src) as s, sqlite3.connect(dst) as d:
+        s.backup(d)
 
 
 def export_winners(client: Client, hardware: str, model: str, out: Path) -> dict[str, Any]:
@@ -172,6 +217,8 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", str(REPO / "bench" / "results")))
     ap.add_argument("--data-dir", default="/tmp/kt-service")
     ap.add_argument("--export", action="store_true", help="also export the winners as a wheel into --out")
+    ap.add_argument("--resume-db", help="start from a copy of this service DB (an earlier session's SQLite file), so "
+                                        "its runs and winners stay in the one table; --data-dir must hold no DB yet")
     ap.add_argument("--workers", type=int, default=1,
                     help="worker processes on the device: they compile and check side by side, and "
                          "workers/gpu_lock.py keeps their timed phases apart")
@@ -179,6 +226,8 @@ def main() -> None:
 
     plan = json.loads(Path(args.plan).read_text())
     data_dir = Path(args.data_dir)
+    if args.resume_db:
+        resume_db(Path(args.resume_db), data_dir / "kerneltune.db")
     t0 = time.monotonic()
     stack = EmbeddedStack(data_dir, port=8791, hardware=args.hardware, workers=args.workers,
                           env_extra={"KT_DEVICE": args.device, "KT_RUN_TIMEOUT_S": os.environ.get("KT_RUN_TIMEOUT_S", "150")})

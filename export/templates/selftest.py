@@ -16,6 +16,7 @@ import secrets
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -150,9 +151,23 @@ def check_entry(entry: dict[str, Any], device: torch.device, rounds: int) -> Ent
     return rep
 
 
-def run(rounds: int = 20) -> list[EntryReport]:
+def run(rounds: int = 20, on_report: Callable[[EntryReport], None] | None = None) -> list[EntryReport]:
+    """Check every tuned entry; ``on_report`` sees each report as it is made (a long self-test cut short
+    by a time limit still shows the entries it finished)."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return [check_entry(e, device, rounds) for e in dsp.tuned_entries()]
+    reports = []
+    for entry in dsp.tuned_entries():
+        reports.append(check_entry(entry, device, rounds))
+        if on_report is not None:
+            on_report(reports[-1])
+    return reports
+
+
+def _line(r: EntryReport) -> str:
+    speed = ", ".join(f"M={m}: x{s}" for m, s in r.speedup_vs_stock.items())
+    return (f"{r.status.split(':')[0].upper():7} {r.slot} {r.shape_key} bucket {r.bucket} {r.module} "
+            f"[{r.language}] {r.status if r.status.startswith('skipped') else r.detail} "
+            f"{'rel_l2=%.2e ' % r.rel_l2 if r.rel_l2 is not None else ''}{speed}").rstrip()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,19 +176,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=20, help="timed calls per implementation")
     args = ap.parse_args(argv)
     mismatch = dsp.hardware_mismatch()
-    reports = run(args.rounds)
-    failed = [r for r in reports if r.status == "fail"]
     if args.json:
+        reports = run(args.rounds)
+        failed = [r for r in reports if r.status == "fail"]
         print(json.dumps({"hardware": dsp.local_hardware(), "hardware_mismatch": mismatch,
                           "entries": [asdict(r) for r in reports], "failed": len(failed)}, indent=1))
     else:
         if mismatch:
-            print(f"note: {mismatch}; dispatch() will use the stock kernels here")
-        for r in reports:
-            speed = ", ".join(f"M={m}: x{s}" for m, s in r.speedup_vs_stock.items())
-            print(f"{r.status.split(':')[0].upper():7} {r.slot} {r.shape_key} bucket {r.bucket} {r.module} "
-                  f"[{r.language}] {r.status if r.status.startswith('skipped') else r.detail} "
-                  f"{'rel_l2=%.2e ' % r.rel_l2 if r.rel_l2 is not None else ''}{speed}".rstrip())
+            print(f"note: {mismatch}; dispatch() will use the stock kernels here", flush=True)
+        reports = run(args.rounds, on_report=lambda r: print(_line(r), flush=True))
+        failed = [r for r in reports if r.status == "fail"]
         print(f"{len(reports) - len(failed)} of {len(reports)} entries passed or skipped; {len(failed)} failed")
     return 1 if failed or not reports else 0
 
