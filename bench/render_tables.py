@@ -16,6 +16,12 @@ import pipeline_runs  # noqa: E402
 import service_tuning  # noqa: E402
 
 
+def _latency_floor_markdown(data: dict) -> str:
+    import latency_floor  # imports triton: only when such a file is rendered
+
+    return latency_floor.markdown(data)
+
+
 def render(path: Path) -> Path:
     data = json.loads(path.read_text())
     what = str(data.get("what", ""))
@@ -23,6 +29,8 @@ def render(path: Path) -> Path:
         text = pipeline_runs.markdown(data, data["rows"])
     elif what.startswith("kerneltune service tuning"):
         text = service_tuning.markdown(data, data["summary"])
+    elif str(data.get("header", {}).get("command", "")).startswith("bench/latency_floor.py"):
+        text = _latency_floor_markdown(data)
     else:
         raise SystemExit(f"{path}: no table renderer for {what!r}")
     out = path.with_suffix(".md")

@@ -216,6 +216,7 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=420, help="stop waiting for jobs after this long")
     ap.add_argument("--out", default=os.environ.get("OUT", str(REPO / "bench" / "results")))
     ap.add_argument("--data-dir", default="/tmp/kt-service")
+    ap.add_argument("--port", type=int, default=8791, help="the embedded API's port")
     ap.add_argument("--export", action="store_true", help="also export the winners as a wheel into --out")
     ap.add_argument("--resume-db", help="start from a copy of this service DB (an earlier session's SQLite file), so "
                                         "its runs and winners stay in the one table; --data-dir must hold no DB yet")
@@ -229,7 +230,7 @@ def main() -> None:
     if args.resume_db:
         resume_db(Path(args.resume_db), data_dir / "kerneltune.db")
     t0 = time.monotonic()
-    stack = EmbeddedStack(data_dir, port=8791, hardware=args.hardware, workers=args.workers,
+    stack = EmbeddedStack(data_dir, port=args.port, hardware=args.hardware, workers=args.workers,
                           env_extra={"KT_DEVICE": args.device, "KT_RUN_TIMEOUT_S": os.environ.get("KT_RUN_TIMEOUT_S", "150")})
     stack.start()
     try:

@@ -179,7 +179,7 @@ def run_result() -> Callable[..., dict[str, Any]]:
 # end). Within a file the order is unchanged (stable sort).
 LONG_FILES = ("test_faults.py", "test_dense_gemm_gemv.py", "test_search_service.py", "test_agents.py",
               "test_export.py", "test_sandbox_security.py", "test_input_digest.py", "test_dashboard.py",
-              "test_fuzz_api.py", "test_e2e_service.py")
+              "test_service_tuning.py", "test_fuzz_api.py", "test_e2e_service.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,0 +1,57 @@
+"""bench/service_tuning.py on the CPU, through the real embedded stack (API, Celery workers, SQLite, filesystem
+broker): a plan's job item and search item both reach the winners table, and --resume-db starts a second
+session from the first one's DB, so its search seeds from the first's results and the table keeps both."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.servers import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+MOE = "kernels/variants/torch/moe_experts_gather_bmm.py"
+
+
+def tune(tmp_path: Path, name: str, plan: dict, *extra: str) -> dict:
+    (tmp_path / f"{name}.json").write_text(json.dumps(plan))
+    out = subprocess.run([sys.executable, "bench/service_tuning.py", "--plan", str(tmp_path / f"{name}.json"),
+                          "--hardware", "cpu", "--device", "cpu", "--what", name, "--workers", "2", "--budget-s", "240",
+                          "--data-dir", str(tmp_path / f"data-{name}"), "--out", str(tmp_path / "out"),
+                          "--port", str(free_port()), *extra],
+                         cwd=REPO, env={**os.environ, "KT_LOG_FORMAT": "plain"}, capture_output=True, text=True,
+                         timeout=400)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    [doc] = [json.loads(p.read_text()) for p in (tmp_path / "out").glob(f"*-cpu-{name}.json")]
+    return doc
+
+
+def test_plan_searches_and_resumes_from_an_earlier_db(tmp_path: Path) -> None:
+    deployment = {"spec": "tiny-moe", "tp": 1, "batch_sizes": [1, 4]}
+    first = tune(tmp_path, "first", {"deployment": deployment, "variants": [
+        {"file": MOE, "slot": "moe_experts", "language": "torch", "batch_sizes": [1],
+         "configs": [{"intermediate": "fp32", "token_chunk": 0}]}]})
+    assert [j["state"] for j in first["jobs"]] == ["done"]
+    assert set(first["summary"]["moe_experts/moe_experts"]["buckets"]) == {"1"}
+
+    second = tune(tmp_path, "second", {"deployment": deployment, "variants": [
+        {"file": MOE, "slot": "moe_experts", "language": "torch", "batch_sizes": [4],
+         "search": {"strategy": "transfer", "budget": {"max_evals": 2}, "batch_size": 1}}]},
+        "--resume-db", str(next((tmp_path / "out").glob("*-cpu-first.sqlite"))))
+    [job] = second["jobs"]
+    assert job["variant_id"] == first["jobs"][0]["variant_id"]  # the same source is the same variant
+    [target] = job["search"]["targets"]
+    assert job["search"]["state"] == "done" and target["label"].endswith("M=4") and target["evaluations"] == 2
+    # transfer: the first proposal is the config the first session ran at M=1
+    db = next((tmp_path / "out").glob("*-cpu-second.sqlite"))
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("select job_id, m, config_key from runs order by created_at").fetchall()
+    assert [(m, json.loads(c)) for j, m, c in rows if j == job["job_id"]][0] == \
+        (4, {"intermediate": "fp32", "token_chunk": 0})
+    # the resumed DB keeps the first session's run, and the table has both buckets
+    assert any(j == first["jobs"][0]["job_id"] and m == 1 for j, m, _ in rows)
+    assert set(second["summary"]["moe_experts/moe_experts"]["buckets"]) == {"1", "3-4"}
