@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Device session L on the lent H200 (no carry needed: Triton and torch are on the device):
+# Device session L on the lent H200 (carry .whlp and install it as in h200_session_g.sh: latency_floor imports
+# the harness, which needs pydantic, not on the device; on 2026-12-03 that step failed without it and was rerun with it):
 # 1. bench/latency_floor.py: what one kernel can reach at each slot's weight size, timed as the harness
 #    times a variant (empty kernel, one DRAM round trip, the fastest streaming read): the bound behind
 #    issue 3's ">= 70% of the HBM floor at M=1" for the 4.7-15 MB GEMMs;

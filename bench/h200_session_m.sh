@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device session M on the lent H200 (no carry needed): the Triton split-K landscape of session G again,
+# Device session M on the lent H200 (carry .whlp, installed as in h200_session_g.sh: pipeline_runs needs pydantic; on 2026-12-03 it ran in the same call as the latency floor): the Triton split-K landscape of session G again,
 # same 135-point subspace on q_b_proj, at M=16 instead of M=1, so the search benchmark has a measured
 # landscape at a second batch size (transfer from neighbours measured, not only on the synthetic one).
 # Afterwards, here: python bench/search_benchmark.py --merge \
