@@ -163,7 +163,8 @@ def winners_to_compile(results: list[Path]) -> list[dict[str, Any]]:
 
 def plan_to_compile(plan_path: Path) -> list[dict[str, Any]]:
     """The Triton (config, shape, M) triples a bench/service_tuning.py plan submits, planned by the API's own
-    job planner (service/routers/jobs.py _plan), so the validity rules are the service's."""
+    job planner (service/routers/jobs.py _plan), so the validity rules are the service's. A search item's
+    configs are chosen as it runs: it is listed, not compiled."""
     from kernels.variant_meta import declared_space
     from search.space import ConfigSpace
     from service.routers.jobs import _plan
@@ -173,6 +174,10 @@ def plan_to_compile(plan_path: Path) -> list[dict[str, Any]]:
     todo = []
     for item in plan["variants"]:
         if item["language"] != "triton":
+            continue
+        if item.get("search"):
+            print(f"{item['file']}: a search ({item['search'].get('strategy')}): its configs are not known "
+                  "before it runs; not compiled", file=sys.stderr)
             continue
         dep = Deployment(**item_deployment(plan, item))
         space = ConfigSpace.parse(declared_space((REPO / item["file"]).read_text()) or {})

@@ -44,7 +44,7 @@ def test_ptxas_reports_each_kernel_of_a_multi_kernel_variant(report) -> None:
 
 def test_plan_preflight_lists_what_the_plan_will_run(report, tmp_path) -> None:
     """--plan: every valid (config, shape, M) of the plan's Triton items, with an item's own batch sizes;
-    CuTe items are left to a host with the DSL."""
+    CuTe items are left to a host with the DSL; a search item's configs are not known before it runs."""
     import json
 
     gemv = {"BLOCK_M": 1, "BLOCK_N": 4, "BLOCK_K": 512, "SPLIT_K": 1, "num_warps": 2, "num_stages": 0}
@@ -56,12 +56,14 @@ def test_plan_preflight_lists_what_the_plan_will_run(report, tmp_path) -> None:
                 {"file": "kernels/variants/triton/add_rmsnorm_fused.py", "slot": "add_rmsnorm", "language": "triton",
                  "configs": [{"BLOCK_H": 8192, "num_warps": 8}], "batch_sizes": [1]},
                 {"file": "kernels/variants/cute/dense_gemm_warp_gemv.py", "slot": "dense_gemm", "language": "cute",
-                 "configs": [{"ROWS_PER_WARP": 1, "WARPS_PER_CTA": 4, "UNROLL": 2}]}]}
+                 "configs": [{"ROWS_PER_WARP": 1, "WARPS_PER_CTA": 4, "UNROLL": 2}]},
+                {"file": "kernels/variants/triton/dense_gemm_splitk.py", "slot": "dense_gemm", "language": "triton",
+                 "search": {"strategy": "tpe", "budget": {"max_evals": 8}}}]}
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))
     todo = report.plan_to_compile(path)
     got = sorted((Path(t["file"]).name, t["shape"], t["m"], t["config"].get("BLOCK_M")) for t in todo)
     # the unrolled M=1 config fits q_b_proj (1536 * 5 <= 8192) but not fused_qkv_a's K=7168 in one split;
-    # the M=4 one fits q_b_proj only; add_rmsnorm runs at its own M=1 only; no CuTe item
+    # the M=4 one fits q_b_proj only; add_rmsnorm runs at its own M=1 only; no CuTe item, no search item
     assert got == [("add_rmsnorm_fused.py", "add_rmsnorm_hidden", 1, None),
                    ("dense_gemm_gemv.py", "q_b_proj", 1, 1), ("dense_gemm_gemv.py", "q_b_proj", 4, 4)]

@@ -9,8 +9,12 @@ At decode M the GEMM is memory-bound on W, so the kernel is shaped for W bandwid
 - SPLIT_K splits K across programs so that even N = 1536 gives >= 132 SMs enough CTAs
   (cdiv(N, BLOCK_N) * SPLIT_K of them).
 With SPLIT_K > 1 each split writes an fp32 partial into a workspace [SPLIT_K, M, N] (plain stores:
-no zeroing pass, no atomics, deterministic) and a second tiny kernel sums the splits and casts to
-bf16. Every output element is written on every call by exactly one program.
+no zeroing pass, deterministic), and REDUCE picks who sums the splits and casts to bf16:
+- "kernel": a second tiny kernel (two launches);
+- "last_cta": the split that arrives last at its output tile (an int32 arrival counter per tile,
+  acq_rel at GPU scope, reset by that split) sums the partials in split order: one launch, still
+  deterministic. At decode M a launch and its tail are ~1-2 us of a 5-13 us GEMM.
+Every output element is written on every call by exactly one program.
 
 Under TRITON_INTERPRET=1 (CPU) tl.dot on bf16 is wrong, so the build upcasts the tiles to fp32
 under the UPCAST constexpr there; the compiled GPU path keeps bf16 operands for the tensor cores.
@@ -31,6 +35,7 @@ CONFIG_SPACE = {
     "SPLIT_K": [1, 2, 4, 8, 16],
     "num_warps": [2, 4, 8],
     "num_stages": [2, 3, 4, 5],
+    "REDUCE": ["kernel", "last_cta"],
 }
 # Python expressions over config params and shape dims; a config must satisfy all of them.
 CONSTRAINTS = [
@@ -41,7 +46,8 @@ CONSTRAINTS = [
     "BLOCK_N * BLOCK_K <= 32768",        # W tile in registers / shared memory per stage
     "num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * 2 <= 196608",  # pipelined tiles fit Hopper smem
 ]
-DEFAULT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 4, "num_warps": 4, "num_stages": 3}
+DEFAULT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 4, "num_warps": 4, "num_stages": 3,
+           "REDUCE": "kernel"}
 
 
 def claims(config: dict, shape: dict) -> dict:
@@ -55,15 +61,17 @@ def claims(config: dict, shape: dict) -> dict:
     steps = -(-int(shape["K"]) // (int(c["SPLIT_K"]) * int(c["BLOCK_K"]))) if "K" in shape else 2
     if int(c["num_stages"]) > 1 and steps > 1:
         out.append("cp.async")
+    if c["REDUCE"] == "last_cta" and int(c["SPLIT_K"]) > 1:
+        out.append("atom.global.gpu.acq_rel.add")
     return {"ptx_contains": out}
 
 
 @triton.jit
-def splitk_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, M, N, K,
+def splitk_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, K,
                        stride_xm, stride_wn, stride_om,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        SPLIT_K: tl.constexpr, K_PER_SPLIT: tl.constexpr, EVEN_K: tl.constexpr,
-                       UPCAST: tl.constexpr, NUM_STAGES: tl.constexpr):
+                       UPCAST: tl.constexpr, NUM_STAGES: tl.constexpr, LAST_CTA: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -102,6 +110,20 @@ def splitk_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, M, N, K,
     else:
         ws = ws_ptr + pid_k * M * N + offs_m[:, None] * N + offs_n[None, :]
         tl.store(ws, acc, mask=mask)
+        if LAST_CTA:
+            # Every thread's partial is stored before the barrier; the release of the arrival makes them
+            # visible at GPU scope to the split that arrives last, whose acquire orders its reads after.
+            tl.debug_barrier()
+            cptr = cnt_ptr + pid_m * tl.num_programs(0) + pid_n
+            arrived = tl.atomic_add(cptr, 1, sem="acq_rel", scope="gpu")
+            if arrived == SPLIT_K - 1:
+                total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for s in tl.static_range(SPLIT_K):  # split order, whoever arrives last: deterministic
+                    part = ws_ptr + s * M * N + offs_m[:, None] * N + offs_n[None, :]
+                    total += tl.load(part, mask=mask, other=0.0, cache_modifier=".cg")  # L2, not a stale L1
+                tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :],
+                         total.to(out_ptr.dtype.element_ty), mask=mask)
+                tl.atomic_xchg(cptr, 0, sem="relaxed", scope="gpu")  # ready for the next call
 
 
 @triton.jit
@@ -117,7 +139,9 @@ def splitk_reduce_kernel(ws_ptr, out_ptr, M, N, stride_om, SPLIT_K: tl.constexpr
 
 
 def check_constraints(config: dict, shape: dict) -> dict:
-    c = {**DEFAULT, **{k: int(v) for k, v in config.items()}}
+    c = {**DEFAULT, **{k: v if k == "REDUCE" else int(v) for k, v in config.items()}}
+    if c["REDUCE"] not in ("kernel", "last_cta"):
+        raise ValueError(f"REDUCE must be 'kernel' or 'last_cta', not {c['REDUCE']!r}")
     env = {**c, "M": int(shape["M"]), "N": int(shape["N"]), "K": int(shape["K"])}
     for rule in CONSTRAINTS:
         if not eval(rule, {}, env):  # noqa: S307 - rules are this module's own constants
@@ -131,7 +155,8 @@ def _meta(c: dict, shape: dict, upcast: bool) -> dict:
     # Each split covers a whole number of BLOCK_K steps; the last split is masked when K is ragged.
     k_per_split = k // split if even_k else triton.cdiv(triton.cdiv(k, split), bk) * bk
     return {"BLOCK_M": c["BLOCK_M"], "BLOCK_N": c["BLOCK_N"], "BLOCK_K": bk, "SPLIT_K": split,
-            "K_PER_SPLIT": k_per_split, "EVEN_K": even_k, "UPCAST": upcast, "NUM_STAGES": c["num_stages"]}
+            "K_PER_SPLIT": k_per_split, "EVEN_K": even_k, "UPCAST": upcast, "NUM_STAGES": c["num_stages"],
+            "LAST_CTA": c["REDUCE"] == "last_cta" and split > 1}
 
 
 def compile_ptx(config: dict, shape: dict, arch: str) -> str:
@@ -143,19 +168,18 @@ def compile_ptx(config: dict, shape: dict, arch: str) -> str:
     c = check_constraints(config, shape)
     cc = int("".join(ch for ch in arch if ch.isdigit()))
     ptr = "*bf16"
-    sig = {"x_ptr": ptr, "w_ptr": ptr, "out_ptr": ptr, "ws_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
+    sig = {"x_ptr": ptr, "w_ptr": ptr, "out_ptr": ptr, "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32",
+           "K": "i32",
            "stride_xm": "i32", "stride_wn": "i32", "stride_om": "i32"}
     meta = _meta(c, shape, upcast=False)
     sig.update({name: "constexpr" for name in meta})
     # Pointers 16-byte aligned and K-strides divisible by 16 elements: what Triton specialises on
     # for real torch tensors of these shapes (attrs in the [["tt.divisibility", 16]] form).
-    attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3)}
-    for i, name in ((6, "K"), (7, "stride_xm"), (8, "stride_wn")):
-        if int(shape["K"]) % 16 == 0:
-            attrs[(i,)] = [["tt.divisibility", 16]]
-    if int(shape["N"]) % 16 == 0:
-        attrs[(5,)] = [["tt.divisibility", 16]]
-        attrs[(9,)] = [["tt.divisibility", 16]]
+    idx = {name: i for i, name in enumerate(sig)}
+    aligned = ["x_ptr", "w_ptr", "out_ptr", "ws_ptr", "cnt_ptr"]
+    aligned += ["K", "stride_xm", "stride_wn"] if int(shape["K"]) % 16 == 0 else []
+    aligned += ["N", "stride_om"] if int(shape["N"]) % 16 == 0 else []
+    attrs = {(idx[name],): [["tt.divisibility", 16]] for name in aligned}
     src = ASTSource(fn=splitk_gemm_kernel, signature=sig, constexprs=meta, attrs=attrs)
     kernel = triton.compile(src, target=GPUTarget("cuda", cc, 32),
                             options={"num_warps": c["num_warps"], "num_stages": c["num_stages"]})
@@ -171,7 +195,8 @@ def build(config: dict, shape: dict):
     grid = (triton.cdiv(n, c["BLOCK_N"]), split, triton.cdiv(m, c["BLOCK_M"]))
     reduce_block = 1024
     reduce_grid = (triton.cdiv(m * n, reduce_block),)
-    workspace: dict[torch.device, torch.Tensor] = {}
+    last_cta = meta["LAST_CTA"]
+    workspace: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def run(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
         if x.shape != (m, k) or w.shape != (n, k) or out.shape != (m, n):
@@ -179,14 +204,16 @@ def build(config: dict, shape: dict):
         if x.stride(1) != 1 or w.stride(1) != 1 or out.stride(1) != 1:
             raise ValueError("x, w and out must be contiguous along their last dim")
         if split > 1:
-            ws = workspace.get(x.device)
-            if ws is None:  # allocated once per device; stream order makes reuse safe
-                ws = workspace[x.device] = torch.empty((split, m, n), device=x.device, dtype=torch.float32)
+            if x.device not in workspace:  # allocated once per device; stream order makes reuse safe
+                # the arrival counters start at zero and the last split of each tile resets its own
+                workspace[x.device] = (torch.empty((split, m, n), device=x.device, dtype=torch.float32),
+                                       torch.zeros(grid[0] * grid[2], device=x.device, dtype=torch.int32))
+            ws, cnt = workspace[x.device]
         else:
-            ws = out  # unused when SPLIT_K == 1 (the store branch is compiled out)
-        splitk_gemm_kernel[grid](x, w, out, ws, m, n, k, x.stride(0), w.stride(0), out.stride(0), **meta,
+            ws, cnt = out, out  # unused when SPLIT_K == 1 (the split-K epilogue is compiled out)
+        splitk_gemm_kernel[grid](x, w, out, ws, cnt, m, n, k, x.stride(0), w.stride(0), out.stride(0), **meta,
                                  num_warps=c["num_warps"], num_stages=c["num_stages"])
-        if split > 1:
+        if split > 1 and not last_cta:
             splitk_reduce_kernel[reduce_grid](ws, out, m, n, out.stride(0), SPLIT_K=split, BLOCK=reduce_block,
                                               num_warps=4)
 
