@@ -132,8 +132,21 @@ def source_line(source: str | None, line: int | None) -> str | None:
 
 
 def _ci(run: Run) -> tuple[float, float] | None:
-    lo, hi = _num(run, "speedup_ci_lo"), _num(run, "speedup_ci_hi")
-    return (round(lo, 3), round(hi, 3)) if lo is not None and hi is not None else None
+    return ci_for_display(_num(run, "speedup_ci_lo"), _num(run, "speedup_ci_hi"))
+
+
+def ci_for_display(lo: float | None, hi: float | None, nd: int = 3) -> tuple[float, float] | None:
+    """The speedup CI rounded to ``nd`` places, except a bound that rounding would move across 1.0 (e.g. a
+    lower bound of 1.0004 is not shown as 1.0): "beats stock" is decided on the exact bound, and what an
+    agent reads must agree with it."""
+    if lo is None or hi is None:
+        return None
+
+    def keep_side(v: float) -> float:
+        r = round(float(v), nd)
+        return r if (r > 1.0) == (v > 1.0) and (r < 1.0) == (v < 1.0) else float(v)
+
+    return keep_side(lo), keep_side(hi)
 
 
 def _r(v: float | None, nd: int = 3) -> float | None:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents.results import RunsSummary, RunVerdict, representatives, summarize, verdict_of
+from agents.results import RunsSummary, RunVerdict, ci_for_display, representatives, summarize, verdict_of
 from service.client import ApiError, Client
 
 REPO = Path(__file__).resolve().parent.parent
@@ -538,8 +538,7 @@ def _r(v: Any, nd: int = 3) -> float | None:
 
 
 def _ci(d: Mapping[str, Any]) -> tuple[float, float] | None:
-    lo, hi = d.get("speedup_ci_lo"), d.get("speedup_ci_hi")
-    return None if lo is None or hi is None else (round(lo, 3), round(hi, 3))
+    return ci_for_display(d.get("speedup_ci_lo"), d.get("speedup_ci_hi"))
 
 
 def leaderboard(client: Client, a: BoardArgs) -> BoardOut:

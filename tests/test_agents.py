@@ -25,6 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agents.mcp_server import mcp_tools
 from agents.openai_schema import openai_tools
+from agents.results import ci_for_display
 from agents.results import summarize
 from agents.tools import BY_NAME, module_space
 from service.embedded import EmbeddedStack
@@ -348,3 +349,13 @@ def test_speed_hints_name_the_batch_sizes() -> None:
     assert "o_proj: faster than stock at M<=4 (x1.15-1.25)" in hints, hints
     assert "o_proj: within noise of stock at M=16 (x1.00)" in hints, hints
     assert not any("CPU" in h for h in hints)
+
+
+def test_displayed_ci_stays_on_its_side_of_one() -> None:
+    """Rounded for an agent to read, but never across 1.0: beats_stock is decided on the exact lower bound
+    (a CI of [1.0004, 1.2] beats stock, and must not read [1.0, 1.2]); seen as a CI flake of the MCP test."""
+    assert ci_for_display(1.0004, 1.2) == (1.0004, 1.2)
+    assert ci_for_display(0.9996, 1.00049) == (0.9996, 1.00049)
+    assert ci_for_display(1.23456, 1.34567) == (1.235, 1.346)
+    assert ci_for_display(1.0, 1.0) == (1.0, 1.0)
+    assert ci_for_display(None, 1.2) is None
