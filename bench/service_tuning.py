@@ -83,24 +83,18 @@ def run_plan(client: Client, plan: dict[str, Any], hardware: str, deadline: floa
                      "runs": created["runs"]})
         print(f"submitted {item['file']}: variant {variant['id']} job {created['job']['id']} ({created['runs']} runs)",
               flush=True)
-    pending = {("search" if "search_id" in j else "job", j.get("search_id", j["job_id"])) for j in jobs}
+    # A job is watched at /v1/jobs/N, a search (whose runs form a job of their own) at /v1/searches/N.
+    pending = {f"/v1/searches/{j['search_id']}" if "search_id" in j else f"/v1/jobs/{j['job_id']}" for j in jobs}
     while pending and time.monotonic() < deadline:
-        for kind, ident in sorted(pending):
-            if kind == "job":
-                job = client.get(f"/v1/jobs/{ident}")
-                if job["state"] in ("done", "cancelled"):
-                    pending.discard((kind, ident))
-                    print(f"job {ident} {job['state']}: {job['progress']['by_verdict']}", flush=True)
-            else:
-                search = client.get(f"/v1/searches/{ident}")
-                if search["state"] in ("done", "cancelled", "failed"):
-                    pending.discard((kind, ident))
-                    print(f"search {ident} {search['state']}: {search['evaluations']} evaluations; "
-                          f"{search_best_line(search)}", flush=True)
+        for path in sorted(pending):
+            doc = client.get(path)
+            if doc["state"] in ("done", "cancelled", "failed"):  # "failed": a search's driver gave up
+                pending.discard(path)
+                print(finished_line(path, doc), flush=True)
         time.sleep(2)
-    for kind, ident in pending:  # out of time: what ran is kept, the rest is cancelled and reported
-        client.post(f"/v1/{'searches' if kind == 'search' else 'jobs'}/{ident}/cancel")
-        print(f"{kind} {ident} cancelled at the deadline", flush=True)
+    for path in pending:  # out of time: what ran is kept, the rest is cancelled and reported
+        client.post(f"{path}/cancel")
+        print(f"{path} cancelled at the deadline", flush=True)
     for j in jobs:
         j["state"] = client.get(f"/v1/jobs/{j['job_id']}")["state"]
         if "search_id" in j:
@@ -116,6 +110,12 @@ def search_request(plan: dict[str, Any], item: dict[str, Any], variant_id: int, 
     """POST /v1/searches body of a plan item {"search": {"strategy", "budget", "batch_size", "seed", "options"}}."""
     return {"variant_id": variant_id, "deployment": item_deployment(plan, item), "hardware": hardware,
             **({"shapes": item["shapes"]} if item.get("shapes") else {}), **item["search"]}
+
+
+def finished_line(path: str, doc: dict[str, Any]) -> str:
+    if path.startswith("/v1/searches/"):
+        return f"search {doc['id']} {doc['state']}: {doc['evaluations']} evaluations; {search_best_line(doc)}"
+    return f"job {doc['id']} {doc['state']}: {doc['progress']['by_verdict']}"
 
 
 def search_best_line(search: dict[str, Any]) -> str:
