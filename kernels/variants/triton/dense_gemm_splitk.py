@@ -140,8 +140,8 @@ def splitk_reduce_kernel(ws_ptr, out_ptr, M, N, stride_om, SPLIT_K: tl.constexpr
 
 def check_constraints(config: dict, shape: dict) -> dict:
     c = {**DEFAULT, **{k: v if k == "REDUCE" else int(v) for k, v in config.items()}}
-    if c["REDUCE"] not in ("kernel", "last_cta"):
-        raise ValueError(f"REDUCE must be 'kernel' or 'last_cta', not {c['REDUCE']!r}")
+    if c["REDUCE"] not in CONFIG_SPACE["REDUCE"]:
+        raise ValueError(f"REDUCE must be one of {CONFIG_SPACE['REDUCE']}, not {c['REDUCE']!r}")
     env = {**c, "M": int(shape["M"]), "N": int(shape["N"]), "K": int(shape["K"])}
     for rule in CONSTRAINTS:
         if not eval(rule, {}, env):  # noqa: S307 - rules are this module's own constants
@@ -168,9 +168,8 @@ def compile_ptx(config: dict, shape: dict, arch: str) -> str:
     c = check_constraints(config, shape)
     cc = int("".join(ch for ch in arch if ch.isdigit()))
     ptr = "*bf16"
-    sig = {"x_ptr": ptr, "w_ptr": ptr, "out_ptr": ptr, "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32",
-           "K": "i32",
-           "stride_xm": "i32", "stride_wn": "i32", "stride_om": "i32"}
+    sig = {"x_ptr": ptr, "w_ptr": ptr, "out_ptr": ptr, "ws_ptr": "*fp32", "cnt_ptr": "*i32",
+           "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_om": "i32"}
     meta = _meta(c, shape, upcast=False)
     sig.update({name: "constexpr" for name in meta})
     # Pointers 16-byte aligned and K-strides divisible by 16 elements: what Triton specialises on
