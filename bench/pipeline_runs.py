@@ -53,7 +53,8 @@ def git_commit() -> str:
 
 def slot_of(path: Path) -> str:
     name = path.stem
-    for slot in ("dense_gemm", "router", "moe_experts", "shared_expert", "oproj_residual_norm", "add_rmsnorm"):
+    for slot in ("dense_gemm", "router", "moe_experts", "shared_expert", "oproj_residual_norm", "add_rmsnorm",
+                 "rmsnorm_gemm"):
         if name.startswith(slot):
             return slot
     raise SystemExit(f"cannot tell the slot of {path}: name it <slot>_<what>.py")

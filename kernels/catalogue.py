@@ -16,10 +16,12 @@ def _build() -> dict[str, Slot]:
     from kernels.slots.dense_gemm import DenseGemm
     from kernels.slots.moe_experts import MoeExperts
     from kernels.slots.oproj_residual_norm import OprojResidualNorm
+    from kernels.slots.rmsnorm_gemm import RmsNormGemm
     from kernels.slots.router import Router
     from kernels.slots.shared_expert import SharedExpert
 
-    slots: list[Slot] = [DenseGemm(), Router(), MoeExperts(), SharedExpert(), OprojResidualNorm(), AddRmsNorm()]
+    slots: list[Slot] = [DenseGemm(), Router(), MoeExperts(), SharedExpert(), OprojResidualNorm(), AddRmsNorm(),
+                         RmsNormGemm()]
     return {s.name: s for s in slots}
 
 

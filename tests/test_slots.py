@@ -21,8 +21,8 @@ from kernels.slots.router import SCORE_DELTA_SIGMOID, grouped_topk
 
 CPU = torch.device("cpu")
 TINY = Deployment(spec="tiny-moe", tp=2)
-SLOTS = ("router", "moe_experts", "shared_expert", "oproj_residual_norm", "add_rmsnorm")
-DENSE_SLOTS = ("moe_experts", "shared_expert", "oproj_residual_norm", "add_rmsnorm")
+SLOTS = ("router", "moe_experts", "shared_expert", "oproj_residual_norm", "add_rmsnorm", "rmsnorm_gemm")
+DENSE_SLOTS = ("moe_experts", "shared_expert", "oproj_residual_norm", "add_rmsnorm", "rmsnorm_gemm")
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
 VARIANT_DIR = Path(kernels.__file__).parent / "variants" / "torch"
 

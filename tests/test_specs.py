@@ -40,6 +40,8 @@ def test_k2_like_tp8_shapes_match_design_table():
     assert dims("shared_expert", d) == [("shared_expert", {"K": 7168, "I": 256})]
     assert dims("oproj_residual_norm", d) == [("o_proj_residual_norm", {"N": 7168, "K": 1024, "eps": 1e-6})]
     assert dims("add_rmsnorm", d) == [("add_rmsnorm_hidden", {"H": 7168, "eps": 1e-6})]
+    # q_a_layernorm + q_b_proj: the dense slot's q_b_proj with the norm over its K folded in
+    assert dims("rmsnorm_gemm", d) == [("q_a_norm_q_b_proj", {"N": 1536, "K": 1536, "eps": 1e-6})]
 
 
 def test_tp16_halves_the_sharded_dims():
@@ -55,10 +57,15 @@ def test_deepseek_v3_router_is_grouped():
     assert (r["E"], r["n_group"], r["topk_group"], r["scaling"]) == (256, 8, 4, 2.5)
 
 
-@pytest.mark.parametrize("slot", ["moe_experts", "shared_expert", "oproj_residual_norm", "dense_gemm"])
+@pytest.mark.parametrize("slot", ["moe_experts", "shared_expert", "oproj_residual_norm", "dense_gemm", "rmsnorm_gemm"])
 def test_tp_that_does_not_divide_raises(slot):
     with pytest.raises(SpecError, match="TP=3"):
         get_slot(slot).shapes(Deployment(spec="kimi-k2-like", tp=3))
+
+
+def test_rmsnorm_gemm_needs_a_q_lora_rank():
+    with pytest.raises(SpecError, match="no q_lora_rank"):
+        get_slot("rmsnorm_gemm").shapes(Deployment(spec={**DEEPSEEK_V3_CONFIG, "q_lora_rank": None}, tp=8))
 
 
 def test_router_rejects_top_k_that_does_not_fit_the_kept_groups():

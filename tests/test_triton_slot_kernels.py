@@ -139,6 +139,21 @@ def check_oproj_residual_norm():
             assert rel_l2(outputs["out"], rms_ref(r, inputs["norm_weight"], eps)) < 1e-2
 
 
+def check_rmsnorm_gemm(config):
+    mod = load("rmsnorm_gemm_fused")
+    N, K, eps = 80, 320, 1e-6  # N not a multiple of BLOCK_N; K = 5 steps of 64, ragged over 3 splits or 2 of 128
+    for M in (1, 3, 16):
+        fn = mod.build(config, dict(N=N, K=K, eps=eps, M=M))
+        for trial in range(2):  # a second call: the arrival counters must have been reset
+            g = torch.Generator().manual_seed(10 * M + trial)
+            inputs = dict(x=bf((M, K), g), norm_weight=(0.5 + torch.rand(K, generator=g)).bfloat16(),
+                          w=bf((N, K), g, K ** -0.5))
+            outputs = dict(out=torch.empty((M, N), dtype=torch.bfloat16))
+            call_checked(fn, inputs, outputs)
+            ref = rms_ref(inputs["x"], inputs["norm_weight"], eps) @ inputs["w"].double().t()
+            assert rel_l2(outputs["out"], ref) < 1e-2, (config, M, rel_l2(outputs["out"], ref))
+
+
 # --- shared expert / routed experts ------------------------------------------------------------
 
 def mlp_ref(x, w13, w2):
@@ -204,6 +219,9 @@ CASES = {
     "add_rmsnorm-one-pass": (check_add_rmsnorm, (256,)),
     "add_rmsnorm-chunked": (check_add_rmsnorm, (64,)),
     "oproj_residual_norm": (check_oproj_residual_norm, ()),
+    "rmsnorm_gemm-splitk1": (check_rmsnorm_gemm, (dict(BLOCK_N=32, BLOCK_K=64, SPLIT_K=1),)),
+    "rmsnorm_gemm-splitk3": (check_rmsnorm_gemm, (dict(BLOCK_N=32, BLOCK_K=64, SPLIT_K=3),)),
+    "rmsnorm_gemm-splitk2-ragged": (check_rmsnorm_gemm, (dict(BLOCK_N=16, BLOCK_K=128, SPLIT_K=2),)),
     "shared_expert-splitk1": (check_shared_expert, (1,)),
     "shared_expert-splitk4": (check_shared_expert, (4,)),
     "moe-grouped-splitk2": (check_moe_experts, (dict(SPLIT_K=2, COMBINE="grouped"), (1, 3, 8))),
@@ -231,6 +249,7 @@ K2 = {
     "shared_expert_fused": dict(K=7168, I=256, M=4),
     "oproj_residual_norm_fused": dict(N=7168, K=1024, eps=1e-6, M=32),
     "add_rmsnorm_fused": dict(H=7168, eps=1e-6, M=64),
+    "rmsnorm_gemm_fused": dict(N=1536, K=1536, eps=1e-6, M=16),
 }
 
 

@@ -151,6 +151,32 @@ ADD_RMSNORM = SlotSemantics(_addnorm_inputs, lambda d, dt, m, dev: _norm_outputs
                             _addnorm_stock, _check_all(("out", "residual_out")))
 
 
+# --- rmsnorm_gemm ----------------------------------------------------------------------------------
+
+def _normgemm_inputs(d: dict[str, Any], dt: torch.dtype, m: int, seed: int, dev: torch.device) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    n, k = d["N"], d["K"]
+    return {"x": _randn((m, k), g, dev, dt), "norm_weight": _norm_weight(k, g, dev, dt),
+            "w": _weight((n, k), k, g, dev, dt)}
+
+
+def _normgemm_ref(d: dict[str, Any], i: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    rd = ref_dtype(i["x"].device)
+    return {"out": _rms_norm(i["x"].to(rd), i["norm_weight"], d["eps"]) @ i["w"].to(rd).t()}
+
+
+def _normgemm_stock(d: dict[str, Any]) -> KernelFn:
+    eps = d["eps"]
+
+    def stock_rmsnorm_gemm(x: torch.Tensor, norm_weight: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
+        torch.matmul(_rms_norm_native(x.float(), norm_weight, eps), w.t(), out=out)
+    return stock_rmsnorm_gemm
+
+
+RMSNORM_GEMM = SlotSemantics(_normgemm_inputs, lambda d, dt, m, dev: {"out": torch.empty((m, d["N"]), device=dev, dtype=dt)},
+                             _normgemm_ref, _normgemm_stock, _check_all(("out",)))
+
+
 # --- oproj_residual_norm ---------------------------------------------------------------------------
 
 def _oproj_inputs(d: dict[str, Any], dt: torch.dtype, m: int, seed: int, dev: torch.device) -> dict[str, torch.Tensor]:
@@ -363,7 +389,7 @@ ROUTER = SlotSemantics(
 
 SLOTS: dict[str, SlotSemantics] = {
     "dense_gemm": DENSE_GEMM, "router": ROUTER, "moe_experts": MOE_EXPERTS, "shared_expert": SHARED_EXPERT,
-    "oproj_residual_norm": OPROJ_RESIDUAL_NORM, "add_rmsnorm": ADD_RMSNORM,
+    "oproj_residual_norm": OPROJ_RESIDUAL_NORM, "add_rmsnorm": ADD_RMSNORM, "rmsnorm_gemm": RMSNORM_GEMM,
 }
 
 
