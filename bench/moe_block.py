@@ -248,6 +248,15 @@ def summarise(samples):
     return {"median_us": statistics.median(t), "p10_us": t[len(t) // 10], "p90_us": t[(9 * len(t)) // 10]}
 
 
+def git_commit():
+    commit = os.environ.get("KT_COMMIT", "")  # the device copy's .git can lag the tree that travelled
+    try:
+        return commit or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                                        cwd=pathlib.Path(__file__).resolve().parents[1]).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def device_info(dev):
     if dev.type != "cuda":
         return {"name": "cpu", "torch": torch.__version__, "triton": triton.__version__,
@@ -310,13 +319,7 @@ def main():
         print(f"M={m:3d}  " + "  ".join(f"{n} {row[n]['median_us']:8.1f} us ({row[n]['kernels']} k)" for n in runs)
               + f"  side-stream x{row['side_stream_gain']:.2f}  relL2 {row['rel_l2_vs_stock']['tuned']:.2e}"
               f"  topk-match {same:.3f}", flush=True)
-    commit = os.environ.get("KT_COMMIT", "")  # the device copy's .git can lag the tree that travelled
-    try:
-        commit = commit or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                                          cwd=pathlib.Path(__file__).resolve().parents[1]).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "commit": commit,
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "commit": git_commit(),
               "command": " ".join(sys.argv),
               "device": device_info(dev), "spec_name": args.spec, "spec": spec, "configs": configs, "rows": rows}
     out_dir = pathlib.Path(args.out)
