@@ -4,7 +4,7 @@ occupancy per kernel for sm_90a, from ``ptxas -v`` on the PTX each winner compil
 Reads the winners of H200 service-tuning results files (each lists its jobs' variant files), compiles
 every winner's (variant, config, shape, M) ahead of time exactly as the worker's compile stage does
 (Triton: the variant's ``compile_ptx``; CuTe DSL: the backend's CPU build), runs Triton's bundled
-ptxas on the PTX and writes bench/results/<date>-sm90a-compiler-report.{json,md}.
+ptxas on the PTX and writes bench/results/<date>-sm90a-compiler-report[-<plan or results stem>].{json,md}.
 
     python bench/compiler_report.py bench/results/2026-12-03-h200-decode-tuning-{f,h,i}.json
     python bench/compiler_report.py --plan bench/plans/h200_decode_all.json   # pre-flight of a device plan
@@ -41,6 +41,7 @@ sys.path.insert(1, str(REPO / "bench"))  # service_tuning's plan helpers, also w
 
 from kernels.deployment import Deployment  # noqa: E402
 from kernels.catalogue import get_slot  # noqa: E402
+from results_files import variant_files  # noqa: E402
 
 SM90 = {"regs": 65536, "reg_unit": 256, "threads": 2048, "blocks": 32, "warps": 64,
         "smem": 228 * 1024, "smem_reserved": 1024}
@@ -145,12 +146,15 @@ def winners_to_compile(results: list[Path]) -> list[dict[str, Any]]:
     todo: dict[str, dict[str, Any]] = {}
     for path in results:
         data = json.loads(path.read_text())
-        files = {j["variant_id"]: j["file"] for j in data["jobs"]}
+        files = variant_files(data)  # this session's jobs and those of the sessions its DB resumed
         dep = Deployment(**data["plan"]["deployment"])
         for w in data["winners"]:
             ev = w.get("evidence")
             if w["is_stock"] or not ev:
                 continue
+            if ev["variant_id"] not in files:
+                raise SystemExit(f"{path.name}: winner variant {ev['variant_id']} is not a job of this session or of "
+                                 "a results file along its --resume-db chain")
             slot = get_slot(w["slot"])
             shape = next(s for s in slot.shapes(dep) if s.name == w["shape_name"])
             item = {"results": path.name, "slot": w["slot"], "shape": w["shape_name"], "bucket": w["batch_bucket"],
@@ -254,7 +258,9 @@ def main() -> int:
               "libraries": library_versions(),
               "sm_limits": SM90}
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / (f"{header['date']}-sm90a-compiler-report" + (f"-plan-{args.plan.stem}" if args.plan else ""))
+    # one file per plan or per winners table: a later table must not overwrite an earlier one's report
+    what = f"-plan-{args.plan.stem}" if args.plan else (f"-{args.results[0].stem}" if len(args.results) == 1 else "")
+    stem = args.out / f"{header['date']}-sm90a-compiler-report{what}"
     stem.with_suffix(".json").write_text(json.dumps({**header, "rows": rows}, indent=1) + "\n")
     stem.with_suffix(".md").write_text(markdown(header, rows))
     print(f"wrote {stem}.json and .md")

@@ -45,6 +45,8 @@ except ImportError as exc:  # pragma: no cover
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VARIANTS = ROOT / "kernels" / "variants"
+sys.path.insert(0, str(ROOT / "bench"))
+from results_files import variant_files  # noqa: E402
 SPECS = {
     "k2-tp8": dict(H=7168, E=384, top_k=8, n_group=1, topk_group=1, I=2048 // 8, I_shared=2048 // 8, eps=1e-6,
                    scaling=2.827, scoring="sigmoid", norm=True),
@@ -68,7 +70,8 @@ def configs_from_tuning(path):
     the M that won each bucket; only winners that are this block's own variant files count (a stock
     bucket keeps the nearest tuned config: the tuned path has no stock fallback)."""
     doc = json.load(open(path))
-    files = {j["variant_id"]: pathlib.Path(j["file"]).stem for j in doc["jobs"]}
+    # a resumed DB's winners include earlier sessions' variants: their files come from the --resume-db chain
+    files = {vid: pathlib.Path(f).stem for vid, f in variant_files(doc).items()}
     out = {}
     for key, row in doc["summary"].items():
         slot = key.split("/")[0]
@@ -76,9 +79,14 @@ def configs_from_tuning(path):
             continue
         for bucket in row["buckets"].values():
             winner = bucket["winner"]
-            if winner == "stock" or files.get(int(winner.split()[1])) != MODULES[slot]:
+            if winner == "stock":
                 continue
-            out.setdefault(slot, {})[str(bucket["m"])] = bucket["config"]
+            vid = int(winner.split()[1])
+            if vid not in files:
+                raise SystemExit(f"{path}: {key} bucket {bucket['m']} was won by variant {vid}, which no results file "
+                                 "along its --resume-db chain names: cannot tell whether it is this block's kernel")
+            if files[vid] == MODULES[slot]:
+                out.setdefault(slot, {})[str(bucket["m"])] = bucket["config"]
     return out
 
 

@@ -29,6 +29,7 @@ import torch
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 from moe_block import capture, count_kernels, device_info, git_commit, time_pair  # noqa: E402
+from results_files import variant_files  # noqa: E402
 
 SLOT_KEY = "rmsnorm_gemm/q_a_norm_q_b_proj"
 K2_TP8 = (1536, 1536)  # (N, K): 8 heads x 192 per rank, q_lora_rank 1536
@@ -48,7 +49,7 @@ def winner_configs(path: str | None) -> dict[int, dict]:
         return {}
     doc = json.loads(pathlib.Path(path).read_text())
     buckets = doc["summary"].get(SLOT_KEY, {}).get("buckets", {})
-    files = {j["variant_id"]: pathlib.Path(j["file"]).stem for j in doc["jobs"]}
+    files = {vid: pathlib.Path(f).stem for vid, f in variant_files(doc).items()}
     return {b["m"]: b["config"] for b in buckets.values() if b["winner"] != "stock"
             and files.get(int(b["winner"].split()[1])) == "rmsnorm_gemm_fused"}
 

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -43,3 +45,22 @@ def test_winners_of_a_tuning_file_become_the_block_configs() -> None:
     assert mod.pick(configs, "router", 2) == configs["router"]["1"]   # the largest winning M <= 2
     assert mod.pick(configs, "router", 64) == configs["router"]["64"]
     assert mod.pick(configs, "moe_experts", 1) == {}                   # no winner: the variant's default
+
+
+def test_winners_of_a_resumed_db_are_found_along_the_resume_chain(tmp_path: Path) -> None:
+    """Session R resumed Q's DB (which resumed P's, ... K's): R's file lists only its own jobs, yet its winners
+    table holds K's add_rmsnorm and shared_expert winners and N/Q's searched MoE and router configs."""
+    spec = importlib.util.spec_from_file_location("kt_moe_block", REPO / "bench" / "moe_block.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    results = REPO / "bench" / "results"
+    configs = mod.configs_from_tuning(results / "2026-12-03-h200-decode-tuning-r.json")
+    assert set(configs) == {"add_rmsnorm", "router", "shared_expert", "moe_experts"}
+    assert configs["moe_experts"]["1"]["num_warps"] == 8 and configs["moe_experts"]["1"]["BLOCK_N2"] == 128  # Q's search
+    # a winner no file along the chain names is an error, not a silent fall back to the default config
+    doc = json.loads((results / "2026-12-03-h200-decode-tuning-r.json").read_text())
+    doc["command"] = "bench/service_tuning.py --plan x.json"  # the chain cut: K-Q's variants unknown
+    cut = tmp_path / "cut.json"
+    cut.write_text(json.dumps(doc))
+    with pytest.raises(SystemExit, match="no results file"):
+        mod.configs_from_tuning(cut)

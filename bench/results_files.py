@@ -1,0 +1,40 @@
+"""Reading bench/service_tuning.py results files: which shipped file each variant id of a winners table is.
+
+A session started with --resume-db carries the earlier sessions' variants (and their winners) in its DB,
+but its results file lists only its own jobs. The earlier file sits next to the DB it resumed from (same
+stem), so the map is followed back along the --resume-db chain written in each file's command.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def resumed_from(doc: dict[str, Any]) -> Path | None:
+    """The results file of the DB this session resumed, when it is in the repo."""
+    argv = shlex.split(doc.get("command", ""))
+    if "--resume-db" not in argv[:-1]:
+        return None
+    db = Path(argv[argv.index("--resume-db") + 1])
+    path = (db if db.is_absolute() else REPO / db).with_suffix(".json")
+    return path if path.is_file() else None
+
+
+def variant_files(doc: dict[str, Any]) -> dict[int, str]:
+    """variant id -> shipped file path, for this session's jobs and every session it resumed from."""
+    files: dict[int, str] = {}
+    seen: set[Path] = set()
+    while doc is not None:
+        for job in doc.get("jobs", []):
+            files.setdefault(int(job["variant_id"]), job["file"])  # the latest session's word wins
+        prev = resumed_from(doc)
+        if prev is None or prev in seen:
+            break
+        seen.add(prev)
+        doc = json.loads(prev.read_text())
+    return files
