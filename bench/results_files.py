@@ -26,7 +26,10 @@ def resumed_from(doc: dict[str, Any]) -> Path | None:
 
 
 def variant_files(doc: dict[str, Any]) -> dict[int, str]:
-    """variant id -> shipped file path, for this session's jobs and every session it resumed from."""
+    """variant id -> shipped file path: the file's own map of every variant in its DB (written since
+    2026-12-03 night), else its jobs and those of every session it resumed from."""
+    if doc.get("variant_files"):
+        return {int(k): v for k, v in doc["variant_files"].items()}
     files: dict[int, str] = {}
     seen: set[Path] = set()
     while doc is not None:

@@ -31,6 +31,7 @@ from service.client import ApiError, Client  # noqa: E402
 from service.embedded import EmbeddedStack  # noqa: E402
 
 SMALL_M = (1, 2, 4, 8, 16)
+SHIPPED_NOTE = "shipped variant "  # + the file: how a variant this script submits names its source
 
 
 def git_commit() -> str:
@@ -65,7 +66,7 @@ def run_plan(client: Client, plan: dict[str, Any], hardware: str, deadline: floa
             "slot": item["slot"], "language": item["language"], "source": source,
             "config_space": declared_space(source) or {},
             "provenance": {"author": "kerneltune-shipped", "agent": None, "parent_id": None,
-                           "notes": f"shipped variant {item['file']}"},
+                           "notes": f"{SHIPPED_NOTE}{item['file']}"},
             **({"declares_library": True} if lit.get("USES_LIBRARY") else {}),
         })
         if item.get("search"):  # the service's own search picks the configs (POST /v1/searches)
@@ -126,6 +127,13 @@ def search_best_line(search: dict[str, Any]) -> str:
         parts.append(f"{t['label']}: best {b.get('median_us', float('nan')):.2f} us"
                      f"{'' if sp is None else f' ({sp:.2f}x)'} after {t['evaluations']}" if b else f"{t['label']}: none")
     return "; ".join(parts)
+
+
+def shipped_variant_files(variants: list[dict[str, Any]]) -> dict[str, str]:
+    """variant id -> shipped file for every variant this script ever submitted to the DB (run_plan's notes
+    name the file): a resumed DB's winners table holds earlier sessions' variants too, and the results
+    file must say what each of them is (bench/results_files.py reads this map)."""
+    return {str(v["id"]): v["notes"][len(SHIPPED_NOTE):] for v in variants if v["notes"].startswith(SHIPPED_NOTE)}
 
 
 def resume_db(src: Path, dst: Path) -> None:
@@ -237,6 +245,7 @@ def main() -> None:
         client = Client(stack.url, token=token_for(data_dir))
         jobs = run_plan(client, plan, args.hardware, deadline=t0 + args.budget_s)
         winners = client.get("/v1/winners", hardware=args.hardware)
+        variant_files = shipped_variant_files(client.get("/v1/variants", author="kerneltune-shipped", limit=1000))
         board = client.get("/v1/leaderboard", hardware=args.hardware, per_group=3)
         export = export_winners(client, args.hardware, plan["deployment"]["spec"], Path(args.out)) if args.export else None
         fingerprints = {
@@ -250,7 +259,8 @@ def main() -> None:
     date = dt.date.today().isoformat()
     header = {"what": f"kerneltune service tuning: {args.what}", "date": date,
               "device": (fp.get("fields") or {}).get("name", args.device), "fingerprint": fp,
-              "commit": git_commit(), "command": " ".join(sys.argv), "plan": plan, "jobs": jobs, "export": export,
+              "commit": git_commit(), "command": " ".join(sys.argv), "plan": plan, "jobs": jobs,
+              "variant_files": variant_files, "export": export,
               "wall_s": round(time.monotonic() - t0, 1)}
     summary = summarise(winners, board)
     out = Path(args.out)

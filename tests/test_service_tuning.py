@@ -55,3 +55,15 @@ def test_plan_searches_and_resumes_from_an_earlier_db(tmp_path: Path) -> None:
     # the resumed DB keeps the first session's run, and the table has both buckets
     assert any(j == first["jobs"][0]["job_id"] and m == 1 for j, m, _ in rows)
     assert set(second["summary"]["moe_experts/moe_experts"]["buckets"]) == {"1", "3-4"}
+    # each results file names the shipped file of every variant in its DB (the winners of a resumed DB
+    # include earlier sessions' variants, which its own jobs do not list)
+    assert first["variant_files"] == second["variant_files"] == {str(job["variant_id"]): MOE}
+
+
+def test_variant_files_are_read_from_the_shipped_notes() -> None:
+    sys.path.insert(0, str(REPO / "bench"))
+    import service_tuning
+
+    variants = [{"id": 3, "notes": "shipped variant kernels/variants/triton/router_fused.py"},
+                {"id": 9, "notes": "an agent's variant"}]
+    assert service_tuning.shipped_variant_files(variants) == {"3": "kernels/variants/triton/router_fused.py"}
