@@ -1,0 +1,211 @@
+"""The attention input of one MLA decode layer (Kimi-K2-like, TP8) on one GPU, stock vs tuned, side by side.
+
+    add + RMSNorm (input_layernorm) -> fused_qkv_a GEMM -> split -> q_a_layernorm -> q_b_proj
+                                                                 \\-> kv_a_layernorm (the rope key passes through)
+
+What runs before the attention kernel itself: outputs q [M, heads*192], the normalised latent kv [M, 512],
+the rope key [M, 64] and the new residual. Paths, each captured as one CUDA graph per batch size over
+--sets rotating copies of the weights (more bytes than the L2 holds), timed by interleaved graph replay in
+one run, kernel launches counted with torch.profiler (as bench/moe_block.py):
+- ``stock``: torch as vLLM's forward_native: the norms as elementwise ops, the GEMMs through cuBLAS;
+- ``stock_fused_norm``: the same with torch's one-op norms (F.rms_norm; the add then the norm), nearest to
+  vLLM's CUDA fused_add_rms_norm / rms_norm + cuBLAS;
+- ``tuned``: the slot kernels a tuning results file's winners name: add_rmsnorm_fused, the dense_gemm
+  winner for fused_qkv_a at this M (Triton GEMV or split-K; cuBLAS where stock kept the bucket),
+  rmsnorm_gemm_fused (q_a_layernorm folded into q_b_proj), and F.rms_norm for the kv latent.
+The tuned outputs are compared with the stock ones (rel-L2 per output).
+
+    python bench/attn_block.py --winners bench/results/<date>-h200-decode-tuning-r.json [--batches 1,4,16]
+    TRITON_INTERPRET=1 python bench/attn_block.py --device cpu --dims 256,128,64,16,96 --configs small.json --sets 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import pathlib
+import sys
+
+import torch
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from moe_block import capture, count_kernels, device_info, git_commit, time_pair  # noqa: E402
+from results_files import variant_files  # noqa: E402
+
+K2_TP8 = (7168, 1536, 512, 64, 1536)  # hidden, q_lora_rank, kv_lora_rank, rope dim, heads/TP x (128 + 64)
+EPS = 1e-6
+TRITON = REPO / "kernels" / "variants" / "triton"
+BLOCK_FILES = {"add_rmsnorm": "add_rmsnorm_fused", "rmsnorm_gemm": "rmsnorm_gemm_fused"}
+GEMM_FILES = ("dense_gemm_gemv", "dense_gemm_splitk")  # Triton winners of fused_qkv_a this block can run
+
+
+def load(stem: str):
+    spec = importlib.util.spec_from_file_location(f"_attn_{stem}", TRITON / f"{stem}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def configs_from_tuning(path: str) -> dict[str, dict[str, list]]:
+    """{"add_rmsnorm" | "rmsnorm_gemm" | "fused_qkv_a": {M: [file stem, config]}} from a results file's winners."""
+    doc = json.loads(pathlib.Path(path).read_text())
+    files = {vid: pathlib.Path(f).stem for vid, f in variant_files(doc).items()}
+    keys = {"add_rmsnorm/add_rmsnorm_hidden": "add_rmsnorm", "rmsnorm_gemm/q_a_norm_q_b_proj": "rmsnorm_gemm",
+            "dense_gemm/fused_qkv_a": "fused_qkv_a"}
+    out: dict[str, dict[str, list]] = {}
+    for key, name in keys.items():
+        for bucket in doc["summary"].get(key, {}).get("buckets", {}).values():
+            if bucket["winner"] == "stock":
+                continue
+            vid = int(bucket["winner"].split()[1])
+            if vid not in files:
+                raise SystemExit(f"{path}: {key} bucket {bucket['m']} was won by variant {vid}, which no results "
+                                 "file along its --resume-db chain names")
+            stem = files[vid]
+            if stem in (BLOCK_FILES.get(name), *GEMM_FILES):
+                out.setdefault(name, {})[str(bucket["m"])] = [stem, bucket["config"]]
+    return out
+
+
+def pick(configs: dict[str, dict[str, list]], name: str, m: int, default_stem: str | None) -> list:
+    """[file stem, config] for this M: the largest winning M <= m, else the smallest; else the default
+    file with its own default config ([None, None] for fused_qkv_a: cuBLAS)."""
+    c = configs.get(name, {})
+    if not c:
+        return [default_stem, {}]
+    keys = sorted(int(k) for k in c)
+    below = [k for k in keys if k <= m]
+    return c[str(below[-1] if below else keys[0])]
+
+
+def make_sets(m, dims, sets, dev):
+    h, ql, kvl, rope, qn = dims
+    g = torch.Generator().manual_seed(7 + m)
+
+    def bf(shape, std=1.0):
+        return (torch.randn(shape, generator=g) * std).to(dev, torch.bfloat16)
+
+    def nw(n):
+        return (0.5 + torch.rand(n, generator=g)).to(dev, torch.bfloat16)
+
+    out = []
+    for _ in range(sets):
+        d = {"x": bf((m, h)), "residual": bf((m, h)), "w_in": nw(h), "w_qkv_a": bf((ql + kvl + rope, h), h ** -0.5),
+             "w_qa": nw(ql), "w_qb": bf((qn, ql), ql ** -0.5), "w_kva": nw(kvl)}
+        for p in ("stock", "fn", "tuned"):  # each path writes its own outputs
+            d[p] = {"normed": torch.empty((m, h), device=dev, dtype=torch.bfloat16),
+                    "residual_out": torch.empty((m, h), device=dev, dtype=torch.bfloat16),
+                    "qkv": torch.empty((m, ql + kvl + rope), device=dev, dtype=torch.bfloat16),
+                    "q": torch.empty((m, qn), device=dev, dtype=torch.bfloat16),
+                    "kv": torch.empty((m, kvl), device=dev, dtype=torch.bfloat16)}
+        out.append(d)
+    return out
+
+
+def native_norm(x, w):  # RMSNorm.forward_native on an fp32 x
+    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS)).to(w.dtype) * w
+
+
+def build_paths(m, dims, data, configs, dev):
+    h, ql, kvl, rope, qn = dims
+    add_stem, add_cfg = pick(configs, "add_rmsnorm", m, "add_rmsnorm_fused")
+    add = load(add_stem).build(add_cfg, {"H": h, "eps": EPS, "M": m})
+    gemm_stem, gemm_cfg = pick(configs, "fused_qkv_a", m, None)
+    qkv_a = load(gemm_stem).build(gemm_cfg, {"M": m, "N": ql + kvl + rope, "K": h}) if gemm_stem else None
+    qn_stem, qn_cfg = pick(configs, "rmsnorm_gemm", m, "rmsnorm_gemm_fused")
+    q_norm_gemm = load(qn_stem).build(qn_cfg, {"M": m, "N": qn, "K": ql, "eps": EPS})
+    used = {"add_rmsnorm": [add_stem, add_cfg], "fused_qkv_a": [gemm_stem or "cuBLAS (stock kept)", gemm_cfg],
+            "rmsnorm_gemm": [qn_stem, qn_cfg]}
+
+    def stock():
+        for d in data:
+            o = d["stock"]
+            r = d["x"].float() + d["residual"].float()
+            o["residual_out"].copy_(r)
+            o["normed"].copy_(native_norm(r, d["w_in"]))
+            torch.matmul(o["normed"], d["w_qkv_a"].t(), out=o["qkv"])
+            torch.matmul(native_norm(o["qkv"][:, :ql].float(), d["w_qa"]), d["w_qb"].t(), out=o["q"])
+            o["kv"].copy_(native_norm(o["qkv"][:, ql:ql + kvl].float(), d["w_kva"]))
+
+    def stock_fused_norm():
+        for d in data:
+            o = d["fn"]
+            torch.add(d["x"], d["residual"], out=o["residual_out"])
+            o["normed"].copy_(torch.nn.functional.rms_norm(o["residual_out"], (h,), d["w_in"], EPS))
+            torch.matmul(o["normed"], d["w_qkv_a"].t(), out=o["qkv"])
+            torch.matmul(torch.nn.functional.rms_norm(o["qkv"][:, :ql], (ql,), d["w_qa"], EPS), d["w_qb"].t(), out=o["q"])
+            o["kv"].copy_(torch.nn.functional.rms_norm(o["qkv"][:, ql:ql + kvl], (kvl,), d["w_kva"], EPS))
+
+    def tuned():
+        for d in data:
+            o = d["tuned"]
+            add(d["x"], d["residual"], d["w_in"], o["normed"], o["residual_out"])
+            if qkv_a is None:
+                torch.matmul(o["normed"], d["w_qkv_a"].t(), out=o["qkv"])
+            else:
+                qkv_a(o["normed"], d["w_qkv_a"], o["qkv"])
+            q_norm_gemm(o["qkv"][:, :ql], d["w_qa"], d["w_qb"], o["q"])  # a strided view: rows of qkv
+            o["kv"].copy_(torch.nn.functional.rms_norm(o["qkv"][:, ql:ql + kvl], (kvl,), d["w_kva"], EPS))
+
+    return {"stock": stock, "stock_fused_norm": stock_fused_norm, "tuned": tuned}, used
+
+
+def rel_l2(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--winners", default=None, help="a bench/service_tuning.py results JSON: the tuned kernels' configs")
+    ap.add_argument("--configs", default=None, help="a JSON of the same form as configs_from_tuning's (CPU tests)")
+    ap.add_argument("--batches", default="1,4,16")
+    ap.add_argument("--sets", type=int, default=4, help="weight copies per graph (4 x 35 MB > the 60 MB L2)")
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--dims", default=",".join(map(str, K2_TP8)), help="hidden,q_lora_rank,kv_lora_rank,rope,q_b N")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("attn_block.py: no CUDA device here (use --device cpu with TRITON_INTERPRET=1)")
+    dims = tuple(int(v) for v in args.dims.split(","))
+    configs = json.loads(pathlib.Path(args.configs).read_text()) if args.configs else {}
+    if args.winners:
+        configs = {**configs_from_tuning(args.winners), **configs}
+    rows = []
+    for m in (int(b) for b in args.batches.split(",")):
+        data = make_sets(m, dims, args.sets, dev)
+        paths, used = build_paths(m, dims, data, configs, dev)
+        runs = {name: capture(fn, dev) for name, fn in paths.items()}
+        times = time_pair(runs, args.reps, dev)
+        row = {"M": m, "sets": args.sets, "tuned_kernels": used}
+        for name, run in runs.items():
+            kernels, _ = count_kernels(run, dev)
+            row[name] = {key: v / args.sets for key, v in times[name].items()}
+            row[name]["kernels_per_call"] = None if kernels is None else kernels / args.sets
+        row["rel_l2_vs_stock"] = {p: {o: max(rel_l2(d[p][o], d["stock"][o]) for d in data)
+                                      for o in ("residual_out", "q", "kv")} for p in ("fn", "tuned")}
+        for base in ("stock", "stock_fused_norm"):
+            row[f"speedup_tuned_vs_{base}"] = row[base]["median_us"] / row["tuned"]["median_us"]
+        rows.append(row)
+        print(f"M={m:3d}  " + "  ".join(f"{p} {row[p]['median_us']:7.2f} us ({row[p]['kernels_per_call']} k)"
+                                       for p in runs)
+              + f"  tuned x{row['speedup_tuned_vs_stock']:.2f} vs stock, x{row['speedup_tuned_vs_stock_fused_norm']:.2f}"
+              f" vs one-op norms  relL2 q {row['rel_l2_vs_stock']['tuned']['q']:.2e}", flush=True)
+    h, ql, kvl, rope, qn = dims
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "commit": git_commit(),
+              "command": " ".join(sys.argv), "device": device_info(dev),
+              "dims": {"hidden": h, "q_lora_rank": ql, "kv_lora_rank": kvl, "rope": rope, "q_b_n": qn, "eps": EPS},
+              "winners": args.winners, "rows": rows}
+    out_dir = pathlib.Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "attn_block.json").write_text(json.dumps(result, indent=1))
+    print(f"wrote {out_dir / 'attn_block.json'}")
+
+
+if __name__ == "__main__":
+    main()
