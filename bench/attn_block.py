@@ -33,7 +33,7 @@ import torch
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from moe_block import capture, count_kernels, device_info, git_commit, time_pair  # noqa: E402
+from moe_block import capture, count_kernels, device_info, git_commit, kernel_breakdown, time_pair  # noqa: E402
 from results_files import variant_files  # noqa: E402
 
 K2_TP8 = (7168, 1536, 512, 64, 1536)  # hidden, q_lora_rank, kv_lora_rank, rope dim, heads/TP x (128 + 64)
@@ -187,6 +187,9 @@ def main() -> None:
             kernels, _ = count_kernels(run, dev)
             row[name] = {key: v / args.sets for key, v in times[name].items()}
             row[name]["kernels_per_call"] = None if kernels is None else kernels / args.sets
+            per = kernel_breakdown(run, dev)
+            row[name]["kernel_us_per_call"] = ({k: v / args.sets for k, v in per.items()}
+                                               if per and "error" not in per else per)
         row["rel_l2_vs_stock"] = {p: {o: max(rel_l2(d[p][o], d["stock"][o]) for d in data)
                                       for o in ("residual_out", "q", "kv")} for p in ("fn", "tuned")}
         for base in ("stock", "stock_fused_norm"):

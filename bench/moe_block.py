@@ -231,6 +231,27 @@ def count_kernels(run, dev):
     return sum(1 for n in names if not n.lower().startswith(("memcpy", "memset"))), len(names)
 
 
+def kernel_breakdown(run, dev):
+    """GPU time per kernel name over one call of ``run`` (torch.profiler's CUDA activity: the kernels inside a
+    replayed graph too), in us, largest first: where a path's time goes, e.g. the MoE's align / w13 / w2.
+    None on a CPU; an {"error": ...} instead of failing the benchmark where the profiler gives no times."""
+    if dev.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+    try:
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run()
+            torch.cuda.synchronize()
+        per: dict[str, float] = {}
+        for e in prof.events():
+            if str(getattr(e, "device_type", "")).endswith("CUDA"):
+                per[e.name] = per.get(e.name, 0.0) + (e.time_range.end - e.time_range.start)
+        return dict(sorted(per.items(), key=lambda kv: -kv[1]))
+    except Exception as exc:  # noqa: BLE001 - a breakdown is an extra; the timings stand without it
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def time_pair(runs, reps, dev):
     if dev.type != "cuda":
         samples = {k: [] for k in runs}
@@ -314,7 +335,8 @@ def main():
         for name, run in runs.items():
             k, k_all = count_kernels(run, dev)
             row[name] = {**times[name], "kernels": k, "events": k_all,
-                         "graph": dev.type == "cuda" and (name != "stock" or capturable)}
+                         "graph": dev.type == "cuda" and (name != "stock" or capturable),
+                         "kernel_us": kernel_breakdown(run, dev) if name != "stock" else None}
         row["stock"]["routed_experts"] = experts_name
         row["stock_graph"]["routed_experts"] = "torch gather + bmm (graph)"
         row["rel_l2_vs_stock"] = {"tuned": rel("out"), "tuned_side": rel("out_side"), "stock_graph": rel("stock_g_out")}
