@@ -31,6 +31,7 @@ from service.client import ApiError, Client  # noqa: E402
 from service.embedded import EmbeddedStack  # noqa: E402
 
 SMALL_M = (1, 2, 4, 8, 16)
+SHIPPED_AUTHOR = "kerneltune-shipped"
 SHIPPED_NOTE = "shipped variant "  # + the file: how a variant this script submits names its source
 
 
@@ -58,6 +59,10 @@ def item_deployment(plan: dict[str, Any], item: dict[str, Any]) -> dict[str, Any
 
 def run_plan(client: Client, plan: dict[str, Any], hardware: str, deadline: float) -> list[dict[str, Any]]:
     jobs = []
+    # A shipped file edited since an earlier session (of a resumed DB) is a new variant whose parent is the
+    # file's latest earlier version: a transfer search then starts from what that version measured.
+    earlier = shipped_variant_files(client.get("/v1/variants", author=SHIPPED_AUTHOR, limit=1000))
+    latest = {f: max(int(v) for v, g in earlier.items() if g == f) for f in set(earlier.values())}
     for item in plan["variants"]:
         path = REPO / item["file"]
         source = path.read_text()
@@ -65,7 +70,7 @@ def run_plan(client: Client, plan: dict[str, Any], hardware: str, deadline: floa
         variant = client.post("/v1/variants", {
             "slot": item["slot"], "language": item["language"], "source": source,
             "config_space": declared_space(source) or {},
-            "provenance": {"author": "kerneltune-shipped", "agent": None, "parent_id": None,
+            "provenance": {"author": SHIPPED_AUTHOR, "agent": None, "parent_id": latest.get(item["file"]),
                            "notes": f"{SHIPPED_NOTE}{item['file']}"},
             **({"declares_library": True} if lit.get("USES_LIBRARY") else {}),
         })
@@ -245,7 +250,7 @@ def main() -> None:
         client = Client(stack.url, token=token_for(data_dir))
         jobs = run_plan(client, plan, args.hardware, deadline=t0 + args.budget_s)
         winners = client.get("/v1/winners", hardware=args.hardware)
-        variant_files = shipped_variant_files(client.get("/v1/variants", author="kerneltune-shipped", limit=1000))
+        variant_files = shipped_variant_files(client.get("/v1/variants", author=SHIPPED_AUTHOR, limit=1000))
         board = client.get("/v1/leaderboard", hardware=args.hardware, per_group=3)
         export = export_winners(client, args.hardware, plan["deployment"]["spec"], Path(args.out)) if args.export else None
         fingerprints = {

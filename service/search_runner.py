@@ -147,29 +147,58 @@ def target_shape(target: dict[str, Any]) -> dict[str, Any]:
     return Shape.from_json(target["shape"]).as_build_arg(max(target["ms"]))
 
 
-def transfer_seeds(session: Session, search: Search, target: dict[str, Any], k: int = 5) -> list[Any]:
-    """The best passing full-fidelity config of this variant on this hardware at every other
-    (shape, M) the database knows, nearest to the target first."""
+LINEAGE_DEPTH = 8  # ancestors whose runs seed a transfer search (a chain of tweaks, not the whole tree)
+
+
+def lineage(session: Session, variant_id: int) -> list[int]:
+    """This variant, then its parent, grandparent, ... (provenance.parent_id), at most LINEAGE_DEPTH back."""
+    out: list[int] = []
+    vid: int | None = variant_id
+    while vid is not None and vid not in out and len(out) <= LINEAGE_DEPTH:
+        out.append(vid)
+        vid = session.scalar(select(Variant.parent_id).where(Variant.id == vid))
+    return out
+
+
+def inherit(config: dict[str, Any], space: ConfigSpace) -> dict[str, Any]:
+    """An ancestor's config in this variant's space: the parameters the space still has, and the FIRST value
+    of each one it added (so a parameter added by a tweak should list the parent's behaviour first)."""
+    return {name: config.get(name, values[0]) for name, values in space.params.items()}
+
+
+def seeds_from_runs(rows: Sequence[tuple[int, str, dict[str, Any], int, dict[str, Any], float]], variant_id: int,
+                    target: dict[str, Any], space: ConfigSpace, k: int = 5) -> list[Any]:
+    """The best passing config at every (shape, M) the rows know, nearest to the target first. Rows are
+    (variant id, shape key, shape, M, config, median us) of this variant and its ancestors. The target's own
+    results of THIS variant are resumed, not seeds; an ancestor's are the nearest seeds there are."""
     best: dict[tuple[str, int], tuple[float, dict[str, Any], dict[str, Any]]] = {}
-    rows = session.execute(select(Run.shape_key, Run.shape, Run.m, Run.config, Run.median_us)
-                           .where(Run.variant_id == search.variant_id, Run.hardware == search.hardware,
-                                  Run.status == "done", Run.verdict == "passed", Run.fidelity == "full",
-                                  Run.median_us.is_not(None)))
-    for shape_key, shape, m, config, median in rows:
-        if shape_key == target["shape_key"] and m in target["ms"]:
-            continue  # the target's own results are resumed, not seeds
+    for vid, shape_key, shape, m, config, median in rows:
+        if vid == variant_id and shape_key == target["shape_key"] and m in target["ms"]:
+            continue
         key = (shape_key, m)
         if key not in best or median < best[key][0]:
-            best[key] = (median, dict(config), {**shape["dims"], "M": m})
+            cfg = dict(config) if vid == variant_id else inherit(dict(config), space)
+            best[key] = (median, cfg, {**shape["dims"], "M": m})
     known = [(dims, config) for _, config, dims in best.values()]
     goal = {**target["shape"]["dims"], "M": max(target["ms"])}
     return nearest_seeds(known, goal, k=k)
 
 
+def transfer_seeds(session: Session, search: Search, target: dict[str, Any], space: ConfigSpace,
+                   k: int = 5) -> list[Any]:
+    """Seeds of a transfer search: the best passing full-fidelity configs of this variant, and of the
+    variants it was derived from, on this hardware (seeds_from_runs says which)."""
+    rows = session.execute(select(Run.variant_id, Run.shape_key, Run.shape, Run.m, Run.config, Run.median_us)
+                           .where(Run.variant_id.in_(lineage(session, search.variant_id)),
+                                  Run.hardware == search.hardware, Run.status == "done", Run.verdict == "passed",
+                                  Run.fidelity == "full", Run.median_us.is_not(None)))
+    return seeds_from_runs([tuple(r) for r in rows], search.variant_id, target, space, k=k)
+
+
 def build_strategy(session: Session, search: Search, target: dict[str, Any], space: ConfigSpace) -> SearchStrategy:
     options = dict(search.options or {})
     if search.strategy == "transfer":
-        options["seeds"] = transfer_seeds(session, search, target)
+        options["seeds"] = transfer_seeds(session, search, target, space)
     return make_strategy(search.strategy, space, target_shape(target), budget=budget_of(search), seed=search.seed,
                          **options)
 

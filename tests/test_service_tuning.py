@@ -1,6 +1,8 @@
 """bench/service_tuning.py on the CPU, through the real embedded stack (API, Celery workers, SQLite, filesystem
 broker): a plan's job item and search item both reach the winners table, and --resume-db starts a second
-session from the first one's DB, so its search seeds from the first's results and the table keeps both."""
+session from the first one's DB, so its search seeds from the first's results and the table keeps both --
+also when the shipped file was edited in between: the new version is a child of the old one, and a transfer
+search on a child seeds from its parent's runs (checked: without the lineage the first proposal differs)."""
 
 from __future__ import annotations
 
@@ -32,24 +34,30 @@ def tune(tmp_path: Path, name: str, plan: dict, *extra: str) -> dict:
 
 def test_plan_searches_and_resumes_from_an_earlier_db(tmp_path: Path) -> None:
     deployment = {"spec": "tiny-moe", "tp": 1, "batch_sizes": [1, 4]}
+    moe = tmp_path / "moe_experts_gather_bmm.py"  # a shipped file, edited between the two sessions
+    moe.write_text((REPO / MOE).read_text())
     first = tune(tmp_path, "first", {"deployment": deployment, "variants": [
-        {"file": MOE, "slot": "moe_experts", "language": "torch", "batch_sizes": [1],
+        {"file": str(moe), "slot": "moe_experts", "language": "torch", "batch_sizes": [1],
          "configs": [{"intermediate": "fp32", "token_chunk": 0}]}]})
     assert [j["state"] for j in first["jobs"]] == ["done"]
     assert set(first["summary"]["moe_experts/moe_experts"]["buckets"]) == {"1"}
 
+    moe.write_text(moe.read_text() + "\n# edited: a new version of the file\n")
     second = tune(tmp_path, "second", {"deployment": deployment, "variants": [
-        {"file": MOE, "slot": "moe_experts", "language": "torch", "batch_sizes": [4],
+        {"file": str(moe), "slot": "moe_experts", "language": "torch", "batch_sizes": [4],
          "search": {"strategy": "transfer", "budget": {"max_evals": 2}, "batch_size": 1}}]},
         "--resume-db", str(next((tmp_path / "out").glob("*-cpu-first.sqlite"))))
     [job] = second["jobs"]
-    assert job["variant_id"] == first["jobs"][0]["variant_id"]  # the same source is the same variant
-    [target] = job["search"]["targets"]
-    assert job["search"]["state"] == "done" and target["label"].endswith("M=4") and target["evaluations"] == 2
-    # transfer: the first proposal is the config the first session ran at M=1
+    parent_id = first["jobs"][0]["variant_id"]
+    assert job["variant_id"] != parent_id  # the edited source is a new variant...
     db = next((tmp_path / "out").glob("*-cpu-second.sqlite"))
     with sqlite3.connect(db) as conn:
+        assert conn.execute("select parent_id from variants where id = ?", (job["variant_id"],)).fetchone() == \
+            (parent_id,)  # ...derived from the file's earlier version
         rows = conn.execute("select job_id, m, config_key from runs order by created_at").fetchall()
+    [target] = job["search"]["targets"]
+    assert job["search"]["state"] == "done" and target["label"].endswith("M=4") and target["evaluations"] == 2
+    # transfer: the first proposal is the config the parent ran at M=1 in the first session
     assert [(m, json.loads(c)) for j, m, c in rows if j == job["job_id"]][0] == \
         (4, {"intermediate": "fp32", "token_chunk": 0})
     # the resumed DB keeps the first session's run, and the table has both buckets
@@ -57,7 +65,8 @@ def test_plan_searches_and_resumes_from_an_earlier_db(tmp_path: Path) -> None:
     assert set(second["summary"]["moe_experts/moe_experts"]["buckets"]) == {"1", "3-4"}
     # each results file names the shipped file of every variant in its DB (the winners of a resumed DB
     # include earlier sessions' variants, which its own jobs do not list)
-    assert first["variant_files"] == second["variant_files"] == {str(job["variant_id"]): MOE}
+    assert first["variant_files"] == {str(parent_id): str(moe)}
+    assert second["variant_files"] == {str(parent_id): str(moe), str(job["variant_id"]): str(moe)}
 
 
 def test_variant_files_are_read_from_the_shipped_notes() -> None:
