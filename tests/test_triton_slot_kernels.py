@@ -227,6 +227,9 @@ CASES = {
     "moe-grouped-splitk2": (check_moe_experts, (dict(SPLIT_K=2, COMBINE="grouped"), (1, 3, 8))),
     "moe-grouped-splitk1-hot": (check_moe_experts, (dict(SPLIT_K=1, COMBINE="grouped"), (8,))),
     "moe-pairs": (check_moe_experts, (dict(SPLIT_K=1, COMBINE="pairs"), (3,))),
+    # no align launch: one group per (token, expert) pair; M=8 has a hot expert that every token picked
+    "moe-noalign-grouped-splitk2": (check_moe_experts, (dict(SPLIT_K=2, COMBINE="grouped", ALIGN="none"), (1, 3, 8))),
+    "moe-noalign-pairs": (check_moe_experts, (dict(SPLIT_K=1, COMBINE="pairs", ALIGN="none"), (1, 3))),
 }
 
 

@@ -17,6 +17,10 @@ picked it. THREE launches, no host sync, CUDA-graph capturable:
    back (xchg 0), casts and writes out. COMBINE="pairs": grid (M, K / BLOCK_N2), each CTA sums
    its token's top_k experts itself (no atomics, deterministic; weights re-read per pair, so only
    for M small enough that pairs rarely share experts).
+ALIGN="none" (M <= 8) skips the align launch: each (token, expert) pair is its own group (expert = the
+pair's top-k id, one row), so the grid has M*top_k groups and no kernel has to sort. Correct for any M; an
+expert picked by two tokens is then read twice, so it pays only where pairs rarely share experts -- M = 1,
+where the top-k are distinct, saves a launch and the align kernel's chain of atomics out of ~40 us.
 Workspaces are allocated and zeroed on the first call on a device, then kept clean by the kernels
 themselves. Every element of out is written by every call.
 """
@@ -35,10 +39,13 @@ CONFIG_SPACE = {
     "num_warps": [4, 8],  # 2 warps never won on the H200 and kept the space under the API's 100k-point cap
     "num_stages": [2, 3, 4],
     "COMBINE": ["grouped", "pairs"],
-    "BLOCK_N2": [16, 32, 64, 128],
+    # the H200 table (bench/results/2026-12-03-h200-decode-tuning-r.sqlite): w2 tiles of 128 rows won at every
+    # M and time falls with the width at M=1 (32: 49.5 us, 64: 44.1, 128: 40.7); 2 warps for w2 lost (45.4)
+    "BLOCK_N2": [32, 64, 128],
     "BLOCK_K2": [64, 128, 256],
-    "num_warps2": [2, 4, 8],
+    "num_warps2": [4, 8],
     "num_stages2": [2, 3],
+    "ALIGN": ["sort", "none"],  # "sort" first: what the versions before this parameter did
 }
 CONSTRAINTS = [
     "BLOCK_M <= max(16, M)",
@@ -48,10 +55,21 @@ CONSTRAINTS = [
     "BLOCK_N * BLOCK_K <= 16384",
     "BLOCK_N2 * BLOCK_K2 <= 16384",
     "COMBINE == 'grouped' or M <= 8",
+    "ALIGN == 'sort' or M <= 8",
 ]
 DEFAULT_CONFIG = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 4, "num_warps": 4, "num_stages": 3,
-                  "COMBINE": "grouped", "BLOCK_N2": 32, "BLOCK_K2": 128, "num_warps2": 4, "num_stages2": 2}
-CLAIMS = {"ptx_contains": ["mma.sync", "cp.async", "atom.global.gpu.acq_rel.add"]}
+                  "COMBINE": "grouped", "BLOCK_N2": 32, "BLOCK_K2": 128, "num_warps2": 4, "num_stages2": 2,
+                  "ALIGN": "sort"}
+
+
+def claims(config, shape):
+    """What the sm_90a PTX shows: the tensor-core w13 pipelined with cp.async, and acq_rel arrival atomics
+    wherever a kernel counts arrivals (the align histogram, w13's split-K, w2's grouped combine)."""
+    c = _full_config(config)
+    out = ["mma.sync", "cp.async"]
+    if c["ALIGN"] == "sort" or c["COMBINE"] == "grouped" or int(c["SPLIT_K"]) > 1:
+        out.append("atom.global.gpu.acq_rel.add")
+    return {"ptx_contains": out}
 USES_LIBRARY = False
 
 
@@ -253,17 +271,19 @@ def _consts(cfg, shape, interpret):
     E, K, I, top_k, M = (int(shape[n]) for n in ("E", "K", "I", "top_k", "M"))
     M = max(M, 1)
     P = M * top_k
-    max_g = min(P, E)
+    sort = cfg["ALIGN"] == "sort"
+    max_g = min(P, E) if sort else P  # unsorted: one group per pair
     split = int(cfg["SPLIT_K"])
     bk = int(cfg["BLOCK_K"])
     k_split = triton.cdiv(triton.cdiv(K, split), bk) * bk
     split = triton.cdiv(K, k_split)  # effective split (no empty K slices)
     bm = int(cfg["BLOCK_M"])
     align = dict(E=E, E_PAD=_np2(E), P_PAD=max(16, _np2(P)), MAX_G=max_g, G_PAD=_np2(max_g), INTERPRET=interpret)
-    w13 = dict(K=K, I=I, TOP_K=top_k, K_SPLIT=k_split, M_CHUNKS=triton.cdiv(M, bm), BLOCK_M=bm,
+    chunks = triton.cdiv(M, bm) if sort else 1  # an unsorted group is one row
+    w13 = dict(K=K, I=I, TOP_K=top_k, K_SPLIT=k_split, M_CHUNKS=chunks, BLOCK_M=bm,
                BLOCK_N=int(cfg["BLOCK_N"]), BLOCK_K=bk, SPLIT_K=split, INTERPRET=interpret)
     if cfg["COMBINE"] == "grouped":
-        w2 = dict(K=K, I=I, TOP_K=top_k, M_CHUNKS=triton.cdiv(M, bm), BLOCK_M=bm, BLOCK_N=int(cfg["BLOCK_N2"]),
+        w2 = dict(K=K, I=I, TOP_K=top_k, M_CHUNKS=chunks, BLOCK_M=bm, BLOCK_N=int(cfg["BLOCK_N2"]),
                   BLOCK_K=min(int(cfg["BLOCK_K2"]), _np2(I)), INTERPRET=interpret)
     else:
         w2 = dict(K=K, I=I, TOP_K=top_k, BLOCK_N=int(cfg["BLOCK_N2"]), BLOCK_K=min(int(cfg["BLOCK_K2"]), _np2(I)))
@@ -275,6 +295,7 @@ def _consts(cfg, shape, interpret):
 def build(config, shape):
     cfg = _full_config(config)
     grouped = cfg["COMBINE"] == "grouped"
+    sort = cfg["ALIGN"] == "sort"
     nw, ns = int(cfg["num_warps"]), int(cfg["num_stages"])
     nw2, ns2 = int(cfg["num_warps2"]), int(cfg["num_stages2"])
     state = {}
@@ -291,7 +312,9 @@ def build(config, shape):
                 "ws13": torch.zeros((d["P"] * 2 * d["I"] if w13["SPLIT_K"] > 1 else 1,), device=dev, dtype=torch.float32),
                 "cnt13": torch.zeros((d["max_g"] * d["nb1"],), **i32),
                 "ows": torch.zeros((d["M"] * d["K"] if grouped else 1,), device=dev, dtype=torch.float32),
-                "cnt2": torch.zeros((d["M"] * d["nb2"] if grouped else 1,), **i32)}
+                "cnt2": torch.zeros((d["M"] * d["nb2"] if grouped else 1,), **i32),
+                # ALIGN="none": pair p is group p, starting at row p of the identity order, one row long
+                "pairs": torch.arange(d["P"], **i32), "ones": torch.ones((d["P"],), **i32)}
 
     def run(x, w13, w2, topk_ids, topk_weights, out):
         interpret = x.device.type == "cpu"
@@ -305,15 +328,18 @@ def build(config, shape):
             raise ValueError(f"built for M={d['M']}, called with {m} tokens")
         ids = topk_ids.contiguous()
         tw = topk_weights.contiguous()
-        moe_align_kernel[(1,)](ids, st["ecnt"], st["estart"], st["sorted"], st["pos"], st["g_expert"],
-                               st["g_start"], st["g_count"], d["P"], num_warps=4, **st["align"])
+        if sort:
+            moe_align_kernel[(1,)](ids, st["ecnt"], st["estart"], st["sorted"], st["pos"], st["g_expert"],
+                                   st["g_start"], st["g_count"], d["P"], num_warps=4, **st["align"])
+            groups = (st["sorted"], st["g_expert"], st["g_start"], st["g_count"])
+        else:  # the top-k ids themselves are the groups' experts
+            groups = (st["pairs"], ids, st["pairs"], st["ones"])
         moe_w13_kernel[(d["max_g"], d["nb1"], st["w13"]["SPLIT_K"])](
-            x, w13, st["h"], st["ws13"], st["cnt13"], st["sorted"], st["g_expert"], st["g_start"], st["g_count"],
-            x.stride(0), num_warps=nw, num_stages=ns, **st["w13"])
+            x, w13, st["h"], st["ws13"], st["cnt13"], *groups, x.stride(0), num_warps=nw, num_stages=ns, **st["w13"])
         if grouped:
             moe_w2_grouped_kernel[(d["max_g"], d["nb2"])](
-                st["h"], w2, tw, st["ows"], st["cnt2"], out, st["sorted"], st["g_expert"], st["g_start"],
-                st["g_count"], out.stride(0), num_warps=nw2, num_stages=ns2, **st["w2"])
+                st["h"], w2, tw, st["ows"], st["cnt2"], out, *groups, out.stride(0), num_warps=nw2,
+                num_stages=ns2, **st["w2"])
         else:
             moe_w2_pairs_kernel[(m, d["nb2"])](st["h"], w2, ids, tw, out, out.stride(0), num_warps=nw2,
                                                num_stages=ns2, **st["w2"])
@@ -352,8 +378,8 @@ def compile_ptx(config, shape, arch="sm_90a"):
                   "tw_ptr": "*fp32", "ows_ptr": "*fp32", "out_ptr": "*bf16", "P": "i32", "stride_xm": "i32",
                   "stride_om": "i32"})
     al = ("stride_xm", "stride_om")
-    ptx = [_aot(moe_align_kernel, types, align, 4, 1, arch),
-           _aot(moe_w13_kernel, types, w13, int(cfg["num_warps"]), int(cfg["num_stages"]), arch, al)]
+    ptx = [_aot(moe_align_kernel, types, align, 4, 1, arch)] if cfg["ALIGN"] == "sort" else []
+    ptx.append(_aot(moe_w13_kernel, types, w13, int(cfg["num_warps"]), int(cfg["num_stages"]), arch, al))
     k2 = moe_w2_grouped_kernel if cfg["COMBINE"] == "grouped" else moe_w2_pairs_kernel
     ptx.append(_aot(k2, types, w2, int(cfg["num_warps2"]), int(cfg["num_stages2"]), arch, al))
     return "\n".join(ptx)
