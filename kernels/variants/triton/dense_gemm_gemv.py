@@ -46,7 +46,10 @@ CONFIG_SPACE = {
     "BLOCK_M": [1, 2, 4, 8, 16],
     "BLOCK_N": [4, 8, 16, 32, 64],
     "BLOCK_K": [128, 256, 512, 1024],
-    "SPLIT_K": [1, 2, 4, 8, 16],
+    # 3/6/12 and 7/14 split q_lora_rank 1536 and hidden 7168 into whole 512-element steps: at SPLIT_K 14,
+    # BLOCK_N 16 fused_qkv_a is 1,848 CTAs of one 16 KB round trip each, the shape of the fastest plain
+    # read of those bytes (bench/results/2026-12-03-h200-latency-floor.md)
+    "SPLIT_K": [1, 2, 3, 4, 6, 7, 8, 12, 14, 16],
     "num_warps": [1, 2, 4, 8],
     "num_stages": [0, 1, 2, 3, 4],  # 0: the K range unrolled, all loads up front (see the docstring)
 }
