@@ -22,7 +22,6 @@ The tuned outputs are compared with the stock ones (rel-L2 per output).
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib.util
 import json
 import os
@@ -33,8 +32,8 @@ import torch
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from moe_block import capture, count_kernels, device_info, git_commit, kernel_breakdown, time_pair  # noqa: E402
-from results_files import variant_files  # noqa: E402
+from moe_block import capture, measure_per_call, time_pair, write_result  # noqa: E402
+from results_files import tuned_winners  # noqa: E402
 
 K2_TP8 = (7168, 1536, 512, 64, 1536)  # hidden, q_lora_rank, kv_lora_rank, rope dim, heads/TP x (128 + 64)
 EPS = 1e-6
@@ -52,22 +51,14 @@ def load(stem: str):
 
 def configs_from_tuning(path: str) -> dict[str, dict[str, list]]:
     """{"add_rmsnorm" | "rmsnorm_gemm" | "fused_qkv_a": {M: [file stem, config]}} from a results file's winners."""
-    doc = json.loads(pathlib.Path(path).read_text())
-    files = {vid: pathlib.Path(f).stem for vid, f in variant_files(doc).items()}
     keys = {"add_rmsnorm/add_rmsnorm_hidden": "add_rmsnorm", "rmsnorm_gemm/q_a_norm_q_b_proj": "rmsnorm_gemm",
             "dense_gemm/fused_qkv_a": "fused_qkv_a"}
     out: dict[str, dict[str, list]] = {}
-    for key, name in keys.items():
-        for bucket in doc["summary"].get(key, {}).get("buckets", {}).values():
-            if bucket["winner"] == "stock":
-                continue
-            vid = int(bucket["winner"].split()[1])
-            if vid not in files:
-                raise SystemExit(f"{path}: {key} bucket {bucket['m']} was won by variant {vid}, which no results "
-                                 "file along its --resume-db chain names")
-            stem = files[vid]
+    for key, by_m in tuned_winners(path, keys.__contains__).items():
+        name = keys[key]
+        for m, (stem, config) in by_m.items():
             if stem in (BLOCK_FILES.get(name), *GEMM_FILES):
-                out.setdefault(name, {})[str(bucket["m"])] = [stem, bucket["config"]]
+                out.setdefault(name, {})[str(m)] = [stem, config]
     return out
 
 
@@ -182,14 +173,7 @@ def main() -> None:
         paths, used = build_paths(m, dims, data, configs, dev)
         runs = {name: capture(fn, dev) for name, fn in paths.items()}
         times = time_pair(runs, args.reps, dev)
-        row = {"M": m, "sets": args.sets, "tuned_kernels": used}
-        for name, run in runs.items():
-            kernels, _ = count_kernels(run, dev)
-            row[name] = {key: v / args.sets for key, v in times[name].items()}
-            row[name]["kernels_per_call"] = None if kernels is None else kernels / args.sets
-            per = kernel_breakdown(run, dev)
-            row[name]["kernel_us_per_call"] = ({k: v / args.sets for k, v in per.items()}
-                                               if per and "error" not in per else per)
+        row = {"M": m, "sets": args.sets, "tuned_kernels": used, **measure_per_call(runs, times, dev, args.sets)}
         row["rel_l2_vs_stock"] = {p: {o: max(rel_l2(d[p][o], d["stock"][o]) for d in data)
                                       for o in ("residual_out", "q", "kv")} for p in ("fn", "tuned")}
         for base in ("stock", "stock_fused_norm"):
@@ -200,14 +184,9 @@ def main() -> None:
               + f"  tuned x{row['speedup_tuned_vs_stock']:.2f} vs stock, x{row['speedup_tuned_vs_stock_fused_norm']:.2f}"
               f" vs one-op norms  relL2 q {row['rel_l2_vs_stock']['tuned']['q']:.2e}", flush=True)
     h, ql, kvl, rope, qn = dims
-    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "commit": git_commit(),
-              "command": " ".join(sys.argv), "device": device_info(dev),
-              "dims": {"hidden": h, "q_lora_rank": ql, "kv_lora_rank": kvl, "rope": rope, "q_b_n": qn, "eps": EPS},
-              "winners": args.winners, "rows": rows}
-    out_dir = pathlib.Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "attn_block.json").write_text(json.dumps(result, indent=1))
-    print(f"wrote {out_dir / 'attn_block.json'}")
+    write_result(args.out, "attn_block", dev, {
+        "dims": {"hidden": h, "q_lora_rank": ql, "kv_lora_rank": kvl, "rope": rope, "q_b_n": qn, "eps": EPS},
+        "winners": args.winners, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ except ImportError as exc:  # pragma: no cover
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VARIANTS = ROOT / "kernels" / "variants"
 sys.path.insert(0, str(ROOT / "bench"))
-from results_files import variant_files  # noqa: E402
+from results_files import tuned_winners  # noqa: E402
 SPECS = {
     "k2-tp8": dict(H=7168, E=384, top_k=8, n_group=1, topk_group=1, I=2048 // 8, I_shared=2048 // 8, eps=1e-6,
                    scaling=2.827, scoring="sigmoid", norm=True),
@@ -69,24 +69,12 @@ def configs_from_tuning(path):
     """The configs of a bench/service_tuning.py results file's winners for this block's slots, keyed by
     the M that won each bucket; only winners that are this block's own variant files count (a stock
     bucket keeps the nearest tuned config: the tuned path has no stock fallback)."""
-    doc = json.load(open(path))
-    # a resumed DB's winners include earlier sessions' variants: their files come from the --resume-db chain
-    files = {vid: pathlib.Path(f).stem for vid, f in variant_files(doc).items()}
     out = {}
-    for key, row in doc["summary"].items():
+    for key, by_m in tuned_winners(path, lambda k: k.split("/")[0] in MODULES).items():
         slot = key.split("/")[0]
-        if slot not in MODULES:
-            continue
-        for bucket in row["buckets"].values():
-            winner = bucket["winner"]
-            if winner == "stock":
-                continue
-            vid = int(winner.split()[1])
-            if vid not in files:
-                raise SystemExit(f"{path}: {key} bucket {bucket['m']} was won by variant {vid}, which no results file "
-                                 "along its --resume-db chain names: cannot tell whether it is this block's kernel")
-            if files[vid] == MODULES[slot]:
-                out.setdefault(slot, {})[str(bucket["m"])] = bucket["config"]
+        for m, (stem, config) in by_m.items():
+            if stem == MODULES[slot]:
+                out.setdefault(slot, {})[str(m)] = config
     return out
 
 
@@ -286,6 +274,30 @@ def git_commit():
         return "unknown"
 
 
+def measure_per_call(runs, times, dev, sets):
+    """Per path, per call of a graph that runs it over ``sets`` rotating weight copies: the timings, the
+    kernel launches and the GPU time per kernel name."""
+    rows = {}
+    for name, run in runs.items():
+        kernels, _ = count_kernels(run, dev)
+        per = kernel_breakdown(run, dev)
+        rows[name] = {**{key: v / sets for key, v in times[name].items()},
+                      "kernels_per_call": None if kernels is None else kernels / sets,
+                      "kernel_us_per_call": {k: v / sets for k, v in per.items()} if per and "error" not in per
+                      else per}
+    return rows
+
+
+def write_result(out, name, dev, fields):
+    """Write $OUT/<name>.json: date, commit, command and device, then the benchmark's own fields."""
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "commit": git_commit(),
+              "command": " ".join(sys.argv), "device": device_info(dev), **fields}
+    out_dir = pathlib.Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{name}.json").write_text(json.dumps(result, indent=1))
+    print(f"wrote {out_dir / f'{name}.json'}")
+
+
 def device_info(dev):
     if dev.type != "cuda":
         return {"name": "cpu", "torch": torch.__version__, "triton": triton.__version__,
@@ -349,13 +361,7 @@ def main():
         print(f"M={m:3d}  " + "  ".join(f"{n} {row[n]['median_us']:8.1f} us ({row[n]['kernels']} k)" for n in runs)
               + f"  side-stream x{row['side_stream_gain']:.2f}  relL2 {row['rel_l2_vs_stock']['tuned']:.2e}"
               f"  topk-match {same:.3f}", flush=True)
-    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "commit": git_commit(),
-              "command": " ".join(sys.argv),
-              "device": device_info(dev), "spec_name": args.spec, "spec": spec, "configs": configs, "rows": rows}
-    out_dir = pathlib.Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "moe_block.json").write_text(json.dumps(result, indent=1))
-    print(f"wrote {out_dir / 'moe_block.json'}")
+    write_result(args.out, "moe_block", dev, {"spec_name": args.spec, "spec": spec, "configs": configs, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -17,9 +17,7 @@ holds), so weights come from HBM as in a real layer; times are per call (replay 
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib.util
-import json
 import os
 import pathlib
 import sys
@@ -28,8 +26,8 @@ import torch
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from moe_block import capture, count_kernels, device_info, git_commit, time_pair  # noqa: E402
-from results_files import variant_files  # noqa: E402
+from moe_block import capture, measure_per_call, time_pair, write_result  # noqa: E402
+from results_files import tuned_winners  # noqa: E402
 
 SLOT_KEY = "rmsnorm_gemm/q_a_norm_q_b_proj"
 K2_TP8 = (1536, 1536)  # (N, K): 8 heads x 192 per rank, q_lora_rank 1536
@@ -47,11 +45,8 @@ def winner_configs(path: str | None) -> dict[int, dict]:
     """{M: config} of the fused kernel's winning buckets in a bench/service_tuning.py results file."""
     if not path:
         return {}
-    doc = json.loads(pathlib.Path(path).read_text())
-    buckets = doc["summary"].get(SLOT_KEY, {}).get("buckets", {})
-    files = {vid: pathlib.Path(f).stem for vid, f in variant_files(doc).items()}
-    return {b["m"]: b["config"] for b in buckets.values() if b["winner"] != "stock"
-            and files.get(int(b["winner"].split()[1])) == "rmsnorm_gemm_fused"}
+    return {m: config for m, (stem, config) in tuned_winners(path, lambda k: k == SLOT_KEY).get(SLOT_KEY, {}).items()
+            if stem == "rmsnorm_gemm_fused"}
 
 
 def pick(configs: dict[int, dict], m: int, default: dict) -> dict:
@@ -117,11 +112,7 @@ def main() -> None:
         paths, data = build_paths(m, n, k, args.sets, config, fused_mod, dev)
         runs = {name: capture(fn, dev) for name, fn in paths.items()}
         times = time_pair(runs, args.reps, dev)
-        row = {"M": m, "fused_config": config, "sets": args.sets}
-        for name, run in runs.items():
-            kernels, _ = count_kernels(run, dev)
-            row[name] = {key: v / args.sets for key, v in times[name].items()}
-            row[name]["kernels_per_call"] = None if kernels is None else kernels / args.sets
+        row = {"M": m, "fused_config": config, "sets": args.sets, **measure_per_call(runs, times, dev, args.sets)}
         row["rel_l2"] = {name: max(rel_l2(d[o], d) for d in data)
                          for name, o in (("stock", "stock"), ("stock_fused_norm", "fn"), ("fused", "fused"))}
         for base in ("stock", "stock_fused_norm", "q_b_proj_alone"):
@@ -130,13 +121,8 @@ def main() -> None:
         print(f"M={m:3d}  " + "  ".join(f"{p} {row[p]['median_us']:7.2f} us ({row[p]['kernels_per_call']} k)" for p in runs)
               + f"  fused x{row['speedup_fused_vs_stock']:.2f} vs stock, x{row['speedup_fused_vs_stock_fused_norm']:.2f}"
               f" vs F.rms_norm+cuBLAS  relL2 {row['rel_l2']['fused']:.2e}", flush=True)
-    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "commit": git_commit(),
-              "command": " ".join(sys.argv), "device": device_info(dev), "dims": {"N": n, "K": k, "eps": EPS},
-              "winners": args.winners, "rows": rows}
-    out_dir = pathlib.Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "q_norm_block.json").write_text(json.dumps(result, indent=1))
-    print(f"wrote {out_dir / 'q_norm_block.json'}")
+    write_result(args.out, "q_norm_block", dev, {"dims": {"N": n, "K": k, "eps": EPS}, "winners": args.winners,
+                                                 "rows": rows})
 
 
 if __name__ == "__main__":

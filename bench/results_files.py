@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,3 +41,23 @@ def variant_files(doc: dict[str, Any]) -> dict[int, str]:
         seen.add(prev)
         doc = json.loads(prev.read_text())
     return files
+
+
+def tuned_winners(path: str | Path, wanted: Callable[[str], bool]) -> dict[str, dict[int, tuple[str, dict[str, Any]]]]:
+    """{"slot/shape": {M: (file stem, config)}} of the buckets a results file's table gives to a tuned
+    variant, for the slot/shape keys ``wanted`` accepts (stock-kept buckets are left out). A winner that no file
+    along the --resume-db chain names is an error: a caller must not take it for its own kernel, nor
+    silently run its default config in its place."""
+    doc = json.loads(Path(path).read_text())
+    files = {vid: Path(f).stem for vid, f in variant_files(doc).items()}
+    out: dict[str, dict[int, tuple[str, dict[str, Any]]]] = {}
+    for key in filter(wanted, doc["summary"]):
+        for bucket in doc["summary"][key]["buckets"].values():
+            if bucket["winner"] == "stock":
+                continue
+            vid = int(bucket["winner"].split()[1])
+            if vid not in files:
+                raise SystemExit(f"{path}: {key} bucket {bucket['m']} was won by variant {vid}, which no results "
+                                 "file along its --resume-db chain names")
+            out.setdefault(key, {})[int(bucket["m"])] = (files[vid], bucket["config"])
+    return out

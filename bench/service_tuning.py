@@ -62,7 +62,7 @@ def run_plan(client: Client, plan: dict[str, Any], hardware: str, deadline: floa
     # A shipped file edited since an earlier session (of a resumed DB) is a new variant whose parent is the
     # file's latest earlier version: a transfer search then starts from what that version measured.
     earlier = shipped_variant_files(client.get("/v1/variants", author=SHIPPED_AUTHOR, limit=1000))
-    latest = {f: max(int(v) for v, g in earlier.items() if g == f) for f in set(earlier.values())}
+    latest = {f: int(v) for v, f in sorted(earlier.items(), key=lambda vf: int(vf[0]))}  # the highest id wins
     for item in plan["variants"]:
         path = REPO / item["file"]
         source = path.read_text()
