@@ -20,7 +20,7 @@ selftest_exported() {
     # from /tmp with only the wheel on the path (and KT_SELFTEST_PATH: CuTe DSL where a winner is a CuTe
     # kernel, exported as source): the package must run without kerneltune
     (cd /tmp && PYTHONPATH=/tmp/exported${KT_SELFTEST_PATH:+:$KT_SELFTEST_PATH} timeout "${KT_SELFTEST_S:-240}" python3 -m "$pkg.selftest") > "$OUT/selftest.txt" 2>&1
-    echo "== selftest exit $?" >> "$L"
+    echo "== selftest exit $? $(date +%T)" >> "$L"
   done
 }
 # use_plan FILE: PLAN=FILE when CuTe DSL imports here (and the exported wheel's self-test gets its path),
