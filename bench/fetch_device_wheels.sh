@@ -10,7 +10,11 @@ dl() { python3 -m pip download -q --no-deps --only-binary=:all: --python-version
 for d in .whlp .whl2; do grep -qx "/$d/" .git/info/exclude 2>/dev/null || echo "/$d/" >> .git/info/exclude; done
 PIPELINE=(pydantic==2.14.4 pydantic-core==2.50.5 annotated-types typing-inspection optuna==5.1.0 colorlog)
 dl .whlp "${PIPELINE[@]}"
-dl .whl2 "${PIPELINE[@]}" fastapi==0.165.0 starlette uvicorn==0.55.0 sqlalchemy==2.1.9 greenlet alembic==1.20.1 mako \
+dl .whl2 "${PIPELINE[@]}" fastapi==0.165.0 starlette uvicorn==0.55.0 greenlet alembic==1.20.1 mako \
   celery==5.7.0 kombu==5.7.0 billiard vine amqp click-didyoumean click-repl click-plugins prompt-toolkit wcwidth \
   tzdata tzlocal opentelemetry-api importlib-metadata setuptools wheel
+# SQLAlchemy's pure-Python wheel (2 MB, not the 4.7 MB compiled one): with the CuTe tarball and the repo a call
+# carries at most 64 MiB, and the C extensions only speed up row handling the tuning run barely does.
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation py --platform any \
+  -d .whl2 sqlalchemy==2.1.9
 du -sh .whlp .whl2
