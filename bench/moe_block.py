@@ -56,6 +56,10 @@ SPECS = {
 }
 MODULES = {"add_rmsnorm": "add_rmsnorm_fused", "router": "router_fused", "moe_experts": "moe_experts_grouped",
            "shared_expert": "shared_expert_fused"}
+# Other files of the same slot a winner may be (the table picks per batch bucket); a block config names
+# such a file under FILE_KEY, beside the config it builds with.
+ALT_FILES = {"shared_expert": ("shared_expert_gemv",)}
+FILE_KEY = "file"
 
 
 def load(name, language="triton"):
@@ -75,6 +79,8 @@ def configs_from_tuning(path):
         for m, (stem, config) in by_m.items():
             if stem == MODULES[slot]:
                 out.setdefault(slot, {})[str(m)] = config
+            elif stem in ALT_FILES.get(slot, ()):
+                out.setdefault(slot, {})[str(m)] = {FILE_KEY: stem, **config}
     return out
 
 
@@ -133,16 +139,19 @@ def stock_experts_fn():
 
 
 def build_paths(s, m, W, configs, dev):
-    mods = {k: load(v) for k, v in MODULES.items()}
+    chosen = {k: dict(pick(configs, k, m)) for k in MODULES}
+    files = {k: chosen[k].pop(FILE_KEY, MODULES[k]) for k in MODULES}
     gather_bmm = load("moe_experts_gather_bmm", "torch").build({"intermediate": "bf16"}, dict(M=m, top_k=s["top_k"], I=s["I"]))
     shp = {"add_rmsnorm": dict(H=s["H"], eps=s["eps"]),
            "router": dict(E=s["E"], K=s["H"], top_k=s["top_k"], n_group=s["n_group"], topk_group=s["topk_group"],
                           scaling=s["scaling"], norm=s["norm"], scoring=s["scoring"]),
            "moe_experts": dict(E=s["E"], K=s["H"], I=s["I"], top_k=s["top_k"]),
            "shared_expert": dict(K=s["H"], I=s["I_shared"])}
-    fns = {k: mods[k].build(pick(configs, k, m), dict(shp[k], M=m, slot=k, name=k, dtype="bfloat16")) for k in mods}
+    fns = {k: load(files[k]).build(chosen[k], dict(shp[k], M=m, slot=k, name=k, dtype="bfloat16")) for k in MODULES}
     bf = torch.bfloat16
-    buf = {"x": torch.randn(m, s["H"], device=dev).to(bf), "res": torch.randn(m, s["H"], device=dev).to(bf),
+    gen = torch.Generator(device=dev).manual_seed(1000 + m)  # the same tokens on every run of this script
+    buf = {"x": torch.randn(m, s["H"], device=dev, generator=gen).to(bf),
+           "res": torch.randn(m, s["H"], device=dev, generator=gen).to(bf),
            "h": torch.empty(m, s["H"], device=dev, dtype=bf), "res_out": torch.empty(m, s["H"], device=dev, dtype=bf),
            "ids": torch.empty(m, s["top_k"], device=dev, dtype=torch.int32),
            "wts": torch.empty(m, s["top_k"], device=dev, dtype=torch.float32),
@@ -186,6 +195,7 @@ def build_paths(s, m, W, configs, dev):
     buf["out_side"] = torch.empty(m, s["H"], device=dev, dtype=bf)
     paths = {"stock": stock, "stock_graph": lambda: stock(graph_experts=True), "tuned": tuned,
              "tuned_side": lambda: tuned(side=side_stream, out="out_side")}
+    buf["files"] = files
     return paths, buf, experts_name, capturable
 
 
@@ -341,9 +351,18 @@ def main():
         def rel(name):
             return ((buf[name].float() - ref).norm() / ref.norm()).item()
 
-        same = (buf["ids"].long().sort(-1).values == buf["stock_ids"].sort(-1).values).all(-1).float().mean().item()
+        def topk_match(a, b):
+            return (a.long().sort(-1).values == b.long().sort(-1).values).all(-1).float().mean().item()
+
+        same = topk_match(buf["ids"], buf["stock_ids"])
+        # Who is right where the two disagree: the top-k of fp32 logits of the same normed tokens. The stock
+        # router rounds its logits to bf16 before the sigmoid (torch.matmul's output dtype); the tuned one
+        # keeps fp32, so near-ties between the k-th and (k+1)-th expert can fall either way.
+        ref_ids, _ = stock_router(spec, buf["h"].float(), {**W, "gate": W["gate"].float()})
         times = time_pair(runs, args.reps, dev)
-        row = {"M": m, "topk_set_match": same, "side_stream": dev.type == "cuda"}
+        row = {"M": m, "topk_set_match": same, "side_stream": dev.type == "cuda", "files": buf["files"],
+               "topk_set_match_vs_fp32_logits": {"tuned": topk_match(buf["ids"], ref_ids),
+                                                 "stock": topk_match(buf["stock_ids"], ref_ids)}}
         for name, run in runs.items():
             k, k_all = count_kernels(run, dev)
             row[name] = {**times[name], "kernels": k, "events": k_all,
@@ -360,7 +379,8 @@ def main():
         rows.append(row)
         print(f"M={m:3d}  " + "  ".join(f"{n} {row[n]['median_us']:8.1f} us ({row[n]['kernels']} k)" for n in runs)
               + f"  side-stream x{row['side_stream_gain']:.2f}  relL2 {row['rel_l2_vs_stock']['tuned']:.2e}"
-              f"  topk-match {same:.3f}", flush=True)
+              f"  topk-match {same:.3f} (vs fp32 logits: tuned {row['topk_set_match_vs_fp32_logits']['tuned']:.3f}, "
+              f"stock {row['topk_set_match_vs_fp32_logits']['stock']:.3f})", flush=True)
     write_result(args.out, "moe_block", dev, {"spec_name": args.spec, "spec": spec, "configs": configs, "rows": rows})
 
 

@@ -16,10 +16,19 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+# M = 1's shared expert from the GEMV file (named in the block config), M = 3's from the default file
+GEMV_AT_1 = {"shared_expert": {
+    "1": {"file": "shared_expert_gemv", "BLOCK_M": 1, "BLOCK_N": 8, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4,
+          "BLOCK_N2": 16, "BLOCK_K2": 64, "num_warps2": 2},
+    "3": {}}}
+
+
 def test_tiny_block_runs_every_path_and_matches_stock(tmp_path: Path) -> None:
+    configs = tmp_path / "configs.json"
+    configs.write_text(json.dumps(GEMV_AT_1))
     out = subprocess.run([sys.executable, "bench/moe_block.py", "--device", "cpu", "--spec", "tiny", "--batches", "1,3",
-                          "--reps", "1", "--out", str(tmp_path)], cwd=REPO, env={**os.environ, "TRITON_INTERPRET": "1"},
-                         capture_output=True, text=True, timeout=600)
+                          "--reps", "1", "--configs", str(configs), "--out", str(tmp_path)], cwd=REPO,
+                         env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     doc = json.loads((tmp_path / "moe_block.json").read_text())
     assert doc["spec_name"] == "tiny" and doc["device"]["name"] == "cpu" and doc["commit"]
@@ -31,7 +40,10 @@ def test_tiny_block_runs_every_path_and_matches_stock(tmp_path: Path) -> None:
         # bf16 kernels against the bf16 torch block: within the slots' own check tolerances
         assert max(r["rel_l2_vs_stock"].values()) < 0.03, r["rel_l2_vs_stock"]
         assert r["topk_set_match"] == 1.0
+        assert set(r["topk_set_match_vs_fp32_logits"]) == {"tuned", "stock"}
         assert r["speedup_tuned_vs_stock_graph"] > 0 and r["side_stream_gain"] > 0
+    assert [r["files"]["shared_expert"] for r in doc["rows"]] == ["shared_expert_gemv", "shared_expert_fused"]
+    assert doc["rows"][0]["files"]["moe_experts"] == "moe_experts_grouped"
 
 
 def test_winners_of_a_tuning_file_become_the_block_configs() -> None:

@@ -72,8 +72,8 @@ def check_case(config: dict, ms: tuple[int, ...], k: int, i: int) -> None:
 
 
 CASES = {
-    # no split: 4 unrolled K steps, h written straight from the sums
-    "split1": (dict(BLOCK_N=4, BLOCK_K=128, SPLIT_K=1, num_warps=2, BLOCK_N2=8, BLOCK_K2=32, num_warps2=1),
+    # no split: 4 unrolled K steps, h written straight from the sums (PDL asked for: a CPU runs the plain pair)
+    "split1": (dict(BLOCK_N=4, BLOCK_K=128, SPLIT_K=1, num_warps=2, BLOCK_N2=8, BLOCK_K2=32, num_warps2=1, PDL=1),
                (1, 2, 3, 4), 512, 32),
     # 7 splits of one step (hidden 448 = 7 x 64): workspace + counter, the last arrival applies silu*mul;
     # the down projection's 128-row tiles overhang K = 448 (clamped rows, masked stores)
@@ -127,6 +127,8 @@ def test_build_rejects_bad_configs():
         mod.build({"BLOCK_K": 1024, "SPLIT_K": 14}, dict(M=1, **K2_TP8))
     with pytest.raises(ValueError, match="2 \\* BLOCK_M \\* BLOCK_N \\* BLOCK_K <= 2048"):
         mod.build({"BLOCK_M": 4, "BLOCK_N": 8, "BLOCK_K": 256, "SPLIT_K": 14, "num_warps": 4}, dict(M=4, **K2_TP8))
+    with pytest.raises(ValueError, match="PDL == 0 or BLOCK_K2 == I"):
+        mod.build({"BLOCK_K2": 128, "PDL": 1}, dict(M=1, **K2_TP8))
 
 
 # --- ahead-of-time PTX for K2 TP8 ---------------------------------------------------------------------
@@ -140,6 +142,9 @@ PTX_CONFIGS = {
                           num_warps2=2)),
     "m4-split14": (4, dict(BLOCK_M=4, BLOCK_N=8, BLOCK_K=256, SPLIT_K=14, num_warps=8, BLOCK_N2=16, BLOCK_K2=128,
                            num_warps2=8)),
+    # w2 prefetched before griddepcontrol.wait (programmatic dependent launch of the down kernel)
+    "m1-pdl": (1, dict(BLOCK_M=1, BLOCK_N=4, BLOCK_K=512, SPLIT_K=14, num_warps=2, BLOCK_N2=16, BLOCK_K2=256,
+                       num_warps2=2, PDL=1)),
     "m2-split14": (2, dict(BLOCK_M=2, BLOCK_N=8, BLOCK_K=512, SPLIT_K=14, num_warps=8, BLOCK_N2=32, BLOCK_K2=256,
                            num_warps2=8)),
 }
@@ -159,6 +164,14 @@ def test_compile_ptx_sm90a_holds_the_claims(cfg_name):
     split = {**mod.DEFAULT, **config}["SPLIT_K"]
     assert ("atom.global.gpu.acq_rel.add" in ptx) == (split > 1)
     assert "mma" not in ptx and "cp.async" not in ptx
+    gate_up, down = ptx.split(".entry")[1:]
+    if {**mod.DEFAULT, **config}["PDL"]:
+        assert "griddepcontrol.launch_dependents" in gate_up and "griddepcontrol.wait" not in gate_up
+        # the down kernel's w2 loads are all issued before the wait; only h is read after it
+        before, after = down.split("griddepcontrol.wait")
+        assert before.count("ld.global.v4") >= 1 and after.count("ld.global") == 1
+    else:
+        assert "griddepcontrol" not in ptx
     assert ".local" not in ptx  # no register spills
 
 

@@ -18,6 +18,12 @@ This is dense_gemm_gemv.py's one-round-trip shape applied to both GEMMs:
 2. down: grid (K / BLOCK_N2,). Each program reads BLOCK_N2 rows of w2 (all I of them: 256 elements, one or
    two unrolled steps) and h (512 bytes, from L2), and writes BLOCK_N2 outputs: 224 CTAs of 16 KB at
    BLOCK_N2 32.
+PDL = 1 (sm_90+, GPU only) prefetches w2 during the gate/up launch: down is launched with programmatic
+dependent launch, gate/up signals griddepcontrol.launch_dependents as it starts, and each down program
+loads its w2 rows (one step: BLOCK_K2 = I) BEFORE griddepcontrol.wait, which returns once gate/up has
+completed and its h is visible. Gate/up itself is launched plainly: it never overlaps what ran before
+it, so the pair is timed from a clean start (the weight-prefetch-during-communication idea, inside one
+slot).
 Every output element is written on every call by exactly one program; inputs are never written.
 Under TRITON_INTERPRET=1 (CPU) the same code runs; programs run one after another, so the counter
 protocol reduces to "the last split of a tile sums".
@@ -34,14 +40,15 @@ import triton.language as tl
 
 CONFIG_SPACE = {
     "BLOCK_M": [1, 2, 4],
-    "BLOCK_N": [4, 8, 16, 32],
+    "BLOCK_N": [2, 4, 8, 16],
     "BLOCK_K": [128, 256, 512, 1024],
-    # 7 and 14 split hidden 7168 into whole 512-element steps
-    "SPLIT_K": [1, 2, 4, 7, 8, 14, 16],
+    # 7, 14 and 28 split hidden 7168 into whole steps of 1024, 512 and 256 elements
+    "SPLIT_K": [1, 2, 4, 7, 8, 14, 28],
     "num_warps": [1, 2, 4, 8],
     "BLOCK_N2": [8, 16, 32, 64],
     "BLOCK_K2": [128, 256],
     "num_warps2": [1, 2, 4, 8],
+    "PDL": [0, 1],
 }
 # Python expressions over config params and shape dims (K = hidden, I = intermediate per rank).
 CONSTRAINTS = [
@@ -61,24 +68,31 @@ CONSTRAINTS = [
     "BLOCK_N2 * BLOCK_K2 >= 256 * num_warps2",
     "I * (BLOCK_M + BLOCK_N2) <= 4096 * num_warps2",
     "BLOCK_M * BLOCK_N2 * BLOCK_K2 <= 2048 * num_warps2",
+    "PDL == 0 or BLOCK_K2 == I",  # the prefetched w2 tile is the program's whole share
 ]
 DEFAULT = {"BLOCK_M": 1, "BLOCK_N": 8, "BLOCK_K": 512, "SPLIT_K": 14, "num_warps": 4,
-           "BLOCK_N2": 32, "BLOCK_K2": 256, "num_warps2": 4}
+           "BLOCK_N2": 32, "BLOCK_K2": 256, "num_warps2": 4, "PDL": 0}
 
 
 def claims(config: dict, shape: dict) -> dict:
     """What the sm_90a PTX shows for this config: plain 16-byte vector loads of W (no cp.async: nothing
     is staged through shared memory) and, with SPLIT_K > 1, the arrival counter's acq_rel atomic."""
+    c = {**DEFAULT, **config}
     out = ["ld.global.v4"]
-    if int({**DEFAULT, **config}["SPLIT_K"]) > 1:
+    if int(c["SPLIT_K"]) > 1:
         out.append("atom.global.gpu.acq_rel.add")
+    if int(c["PDL"]):
+        out += ["griddepcontrol.launch_dependents", "griddepcontrol.wait"]
     return {"ptx_contains": out}
 
 
 @triton.jit
 def gate_up_kernel(x_ptr, w13_ptr, h_ptr, ws_ptr, cnt_ptr, M, stride_xm,
                    K: tl.constexpr, I: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, STEPS: tl.constexpr, EVEN_M: tl.constexpr):
+                   BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, STEPS: tl.constexpr, EVEN_M: tl.constexpr,
+                   PDL: tl.constexpr):
+    if PDL:  # let the down launch's programs start (and prefetch w2) once all of these have started
+        tl.extra.cuda.gdc_launch_dependents()
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
@@ -126,7 +140,7 @@ def gate_up_kernel(x_ptr, w13_ptr, h_ptr, ws_ptr, cnt_ptr, M, stride_xm,
 @triton.jit
 def down_kernel(h_ptr, w2_ptr, out_ptr, M, stride_om,
                 K: tl.constexpr, I: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_K: tl.constexpr, EVEN_M: tl.constexpr):
+                BLOCK_K: tl.constexpr, EVEN_M: tl.constexpr, PDL: tl.constexpr):
     pid_n = tl.program_id(0)
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -136,15 +150,25 @@ def down_kernel(h_ptr, w2_ptr, out_ptr, M, stride_om,
     m_ok3 = (offs_m < M)[:, None, None]
     h_ptrs = h_ptr + offs_m[:, None, None] * I + offs_k[None, None, :]
     w_ptrs = w2_ptr + offs_n_safe[None, :, None] * I + offs_k[None, None, :]
-    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
-    for s in tl.static_range(I // BLOCK_K):
-        w = tl.load(w_ptrs + s * BLOCK_K)
+    if PDL:
+        # w2 does not depend on gate/up: load it first, then wait for gate/up's h (BLOCK_K == I)
+        w = tl.load(w_ptrs)
+        tl.extra.cuda.gdc_wait()
         if EVEN_M:
-            h = tl.load(h_ptrs + s * BLOCK_K)
+            h = tl.load(h_ptrs)
         else:
-            h = tl.load(h_ptrs + s * BLOCK_K, mask=m_ok3, other=0.0)
-        acc += h.to(tl.float32) * w.to(tl.float32)
-    out = tl.sum(acc, axis=2)
+            h = tl.load(h_ptrs, mask=m_ok3, other=0.0)
+        out = tl.sum(h.to(tl.float32) * w.to(tl.float32), axis=2)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+        for s in tl.static_range(I // BLOCK_K):
+            w = tl.load(w_ptrs + s * BLOCK_K)
+            if EVEN_M:
+                h = tl.load(h_ptrs + s * BLOCK_K)
+            else:
+                h = tl.load(h_ptrs + s * BLOCK_K, mask=m_ok3, other=0.0)
+            acc += h.to(tl.float32) * w.to(tl.float32)
+        out = tl.sum(acc, axis=2)
     tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], out.to(out_ptr.dtype.element_ty),
              mask=(offs_m < M)[:, None] & n_ok[None, :])
 
@@ -158,12 +182,12 @@ def check_constraints(config: dict, shape: dict) -> dict:
     return c
 
 
-def _metas(c: dict, shape: dict) -> tuple[dict, dict]:
+def _metas(c: dict, shape: dict, pdl: bool) -> tuple[dict, dict]:
     m, k, i = int(shape["M"]), int(shape["K"]), int(shape["I"])
     even_m = m == c["BLOCK_M"]
     up = dict(K=k, I=i, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"], SPLIT_K=c["SPLIT_K"],
-              STEPS=(k // c["BLOCK_K"]) // c["SPLIT_K"], EVEN_M=even_m)
-    down = dict(K=k, I=i, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N2"], BLOCK_K=c["BLOCK_K2"], EVEN_M=even_m)
+              STEPS=(k // c["BLOCK_K"]) // c["SPLIT_K"], EVEN_M=even_m, PDL=pdl)
+    down = dict(K=k, I=i, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N2"], BLOCK_K=c["BLOCK_K2"], EVEN_M=even_m, PDL=pdl)
     return up, down
 
 
@@ -174,8 +198,8 @@ def compile_ptx(config: dict, shape: dict, arch: str) -> str:
     from triton.compiler import ASTSource
 
     c = check_constraints(config, shape)
-    up, down = _metas(c, shape)
     cc = int("".join(ch for ch in arch if ch.isdigit()))
+    up, down = _metas(c, shape, bool(c["PDL"]) and cc >= 90)
     aligned_stride = int(shape["K"]) % 16 == 0
     ptx = []
     for fn, types, meta, warps in (
@@ -190,7 +214,9 @@ def compile_ptx(config: dict, shape: dict, arch: str) -> str:
                 attrs[(idx,)] = [["tt.divisibility", 16]]
         src = ASTSource(fn=fn, signature=sig, constexprs=meta, attrs=attrs)
         ptx.append(triton.compile(src, target=GPUTarget("cuda", cc, 32),
-                                  options={"num_warps": warps, "num_stages": 1}).asm["ptx"])
+                                  options={"num_warps": warps, "num_stages": 1,
+                                           **({"launch_pdl": True} if fn is down_kernel and meta["PDL"] else {})}
+                                  ).asm["ptx"])
     return "\n".join(ptx)
 
 
@@ -203,7 +229,10 @@ def _home_device() -> torch.device:
 def build(config: dict, shape: dict) -> Callable[..., None]:
     c = check_constraints(config, shape)
     m, k, i = int(shape["M"]), int(shape["K"]), int(shape["I"])
-    up, down = _metas(c, shape)
+    home = _home_device()
+    # griddepcontrol is PTX for sm_90+; the interpreter (CPU) runs the plain pair, same results
+    pdl = bool(c["PDL"]) and home.type == "cuda" and torch.cuda.get_device_capability(home)[0] >= 9
+    up, down = _metas(c, shape, pdl)
     n_tiles = i // c["BLOCK_N"]
     # Per device, allocated once (outside any graph capture): h, the split-K partials (every element the
     # reducer reads is rewritten on every call: no zeroing) and counters that must start at zero (each
@@ -219,7 +248,7 @@ def build(config: dict, shape: dict) -> Callable[..., None]:
         scratch[device] = bufs
         return bufs
 
-    alloc(_home_device())
+    alloc(home)
 
     def run(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, out: torch.Tensor) -> None:
         if x.shape != (m, k) or w13.shape != (2 * i, k) or w2.shape != (k, i) or out.shape != (m, k):
@@ -230,7 +259,8 @@ def build(config: dict, shape: dict) -> Callable[..., None]:
         h, ws, cnt = scratch.get(x.device) or alloc(x.device)
         gate_up_kernel[(n_tiles, c["SPLIT_K"])](x, w13, h, ws, cnt, m, x.stride(0), **up,
                                                  num_warps=c["num_warps"], num_stages=1)
+        launch = {"launch_pdl": True} if pdl else {}
         down_kernel[(triton.cdiv(k, c["BLOCK_N2"]),)](h, w2, out, m, out.stride(0), **down,
-                                                      num_warps=c["num_warps2"], num_stages=1)
+                                                      num_warps=c["num_warps2"], num_stages=1, **launch)
 
     return run

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Device session X on the lent H200 (carry .whl2 and .cutexz; install line as in h200_session_v.sh):
+# 1. shared_expert_gemv through the service, resumed from session W's table (U's plan, re-run): configs at
+#    M = 1, 2, 4 with and without PDL (w2 prefetched during gate/up), then a transfer search at M = 1, and the
+#    export of the whole table;
+# 2. the MoE block with THIS table's winners (the shared expert from whichever file won each bucket);
+# 3. the exported wheel's self-test apart from kerneltune.
+source "$(dirname "$0")/device_lib.sh"
+export KT_LOG_FORMAT=plain KT_RUN_TIMEOUT_S=${KT_RUN_TIMEOUT_S:-120}
+use_plan bench/plans/h200_shared_expert_x.json
+DB=${KT_RESUME_DB:-bench/results/2026-12-04-h200-decode-tuning-u.sqlite}
+S=${KT_TUNING_S:-240}
+run timeout "$S" python3 bench/service_tuning.py --plan "$PLAN" --hardware h200 --what decode-tuning-x \
+    --workers "${KT_WORKERS:-12}" --export --budget-s "$(( S - 45 ))" --resume-db "$DB" \
+    --data-dir /tmp/kt-service-x --out "$OUT"
+rm -f "$OUT"/*.md
+W=$(ls -t "$OUT"/*-decode-tuning-x.json | head -n1)
+run timeout 100 python3 bench/moe_block.py --batches 1,4,16,64 --winners "$W" --out "$OUT"
+KT_SELFTEST_S=${KT_SELFTEST_S:-100} selftest_exported
+grep -E "^== |search |job |geomean|export|M= *[0-9]|rror" "$L" | tail -40
