@@ -5,16 +5,18 @@
 #    export of the whole table;
 # 2. the MoE block with THIS table's winners (the shared expert from whichever file won each bucket);
 # 3. the exported wheel's self-test apart from kerneltune.
+# KT_PLAN, KT_WHAT and KT_RESUME_DB make it another session's (bench/h200_session_y.sh).
 source "$(dirname "$0")/device_lib.sh"
 export KT_LOG_FORMAT=plain KT_RUN_TIMEOUT_S=${KT_RUN_TIMEOUT_S:-120}
-use_plan bench/plans/h200_shared_expert_x.json
+use_plan "${KT_PLAN:-bench/plans/h200_shared_expert_x.json}"
+WHAT=${KT_WHAT:-decode-tuning-x}
 DB=${KT_RESUME_DB:-bench/results/2026-12-04-h200-decode-tuning-u.sqlite}
 S=${KT_TUNING_S:-240}
-run timeout "$S" python3 bench/service_tuning.py --plan "$PLAN" --hardware h200 --what decode-tuning-x \
+run timeout "$S" python3 bench/service_tuning.py --plan "$PLAN" --hardware h200 --what "$WHAT" \
     --workers "${KT_WORKERS:-12}" --export --budget-s "$(( S - 45 ))" --resume-db "$DB" \
-    --data-dir /tmp/kt-service-x --out "$OUT"
+    --data-dir "/tmp/kt-service-$WHAT" --out "$OUT"
 rm -f "$OUT"/*.md
-W=$(ls -t "$OUT"/*-decode-tuning-x.json | head -n1)
+W=$(ls -t "$OUT"/*-"$WHAT".json | head -n1)
 run timeout 100 python3 bench/moe_block.py --batches 1,4,16,64 --winners "$W" --out "$OUT"
 KT_SELFTEST_S=${KT_SELFTEST_S:-100} selftest_exported
 grep -E "^== |search |job |geomean|export|M= *[0-9]|rror" "$L" | tail -40

@@ -71,13 +71,19 @@ def router_ref(x, w, bias, top_k, n_group, topk_group, scaling, norm, scoring):
     return scores, masked
 
 
-def check_router(epilogue, scoring, n_group):
+def check_router(epilogue, scoring, n_group, math="dot"):
     mod = load("router_fused")
     E, K, top_k, tg, scaling = 16, 256, 4, 2, 2.5
-    for M in (1, 3, 8):
+    ms, config = (1, 3, 8), dict(SPLIT_K=2, BLOCK_K=64, BLOCK_E=16, EPILOGUE=epilogue, EPI_M=2)
+    if math == "fma":
+        # CUDA-core form: 2 unrolled steps per split; E = 20 over 8-expert tiles, the last one clamped
+        E, ms, config = 20, (1, 2, 3, 4), dict(MATH="fma", SPLIT_K=2, BLOCK_K=64, BLOCK_E=8, EPILOGUE=epilogue,
+                                                 EPI_M=1, num_warps=2, num_stages=2)
+    for M in ms:
         shape = dict(E=E, K=K, top_k=top_k, n_group=n_group, topk_group=tg if n_group > 1 else 1,
                      scaling=scaling, norm=True, scoring=scoring, M=M, slot="router", name="t", dtype="bfloat16")
-        fn = mod.build(dict(SPLIT_K=2, BLOCK_K=64, BLOCK_E=16, EPILOGUE=epilogue, EPI_M=2), shape)
+        block_m = {"BLOCK_M": 1 << (M - 1).bit_length()} if math == "fma" else {}
+        fn = mod.build({**config, **block_m}, shape)
         prev = None
         for trial in range(2):  # a second call on new inputs: workspaces must have been re-zeroed
             g = torch.Generator().manual_seed(100 * M + trial)
@@ -216,6 +222,8 @@ CASES = {
     "router-fused-sigmoid-grouped": (check_router, ("fused", "sigmoid", 4)),
     "router-separate-sigmoid-nogroup": (check_router, ("separate", "sigmoid", 1)),
     "router-fused-softmax-grouped": (check_router, ("fused", "softmax", 4)),
+    "router-fma-fused-sigmoid-grouped": (check_router, ("fused", "sigmoid", 4, "fma")),
+    "router-fma-separate-softmax-nogroup": (check_router, ("separate", "softmax", 1, "fma")),
     "add_rmsnorm-one-pass": (check_add_rmsnorm, (256,)),
     "add_rmsnorm-chunked": (check_add_rmsnorm, (64,)),
     "oproj_residual_norm": (check_oproj_residual_norm, ()),
@@ -273,6 +281,32 @@ def test_compile_ptx_sm90a(name):
     assert ".local" not in ptx  # no register spills for the default config
     for p, vals in mod.CONFIG_SPACE.items():
         assert mod.DEFAULT_CONFIG[p] in vals
+
+
+@needs_compiler
+@pytest.mark.parametrize("m,config", [
+    (1, dict(MATH="fma", BLOCK_M=1, BLOCK_E=8, BLOCK_K=512, SPLIT_K=14, num_warps=4, num_stages=2, EPI_M=1)),
+    (4, dict(MATH="fma", BLOCK_M=4, BLOCK_E=4, BLOCK_K=512, SPLIT_K=14, num_warps=4, num_stages=2, EPI_M=4)),
+])
+def test_compile_ptx_k2_router_fma(m, config):
+    """The CUDA-core router: one launch, no tensor-core instruction, claims hold, no spills, and the space
+    admits the config at its M only."""
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    from kernels.backends.triton_backend import claims_for
+    from kernels.variant_meta import declared_space
+    from search.space import ConfigSpace
+
+    mod = load("router_fused")
+    shape = dict(K2["router_fused"], M=m)
+    ptx = mod.compile_ptx(config, shape, "sm_90a")
+    assert ptx.count(".entry") == 1 and "mma" not in ptx and ".local" not in ptx
+    for needle in claims_for(mod, config, shape):
+        assert needle in ptx, needle
+    space = ConfigSpace.parse(declared_space((ROOT / "kernels/variants/triton/router_fused.py").read_text()))
+    full = {**mod.DEFAULT_CONFIG, **config}
+    assert space.is_valid(full, shape)
+    assert not space.is_valid(full, dict(shape, M=8))  # fma stops at M = 4
+    assert space.is_valid(dict(mod.DEFAULT_CONFIG), dict(shape, M=8))  # the tensor-core default stays valid
 
 
 @needs_compiler

@@ -9,6 +9,12 @@ token, and resets the counter. No CTA ever waits on another, so it cannot deadlo
 occupancy (e.g. beside the shared expert on another stream).
 EPILOGUE="separate" (TWO launches): same GEMV without the counter, then one CTA per EPI_M tokens
 runs the epilogue (better for M >= 16, where one CTA doing 64 rows of top-k is the tail).
+MATH="fma" (M <= 4) computes the logits on the CUDA cores instead of with tl.dot, in dense_gemm_gemv.py's
+one-round-trip shape: a program's K range is a whole number of BLOCK_K steps known at compile time and
+unrolled, so all its W loads are in flight at once, and BLOCK_M is M's next power of two, not a 16-row
+tensor-core tile. At M = 1 the gate (5.5 MB, HBM floor 1.3 us) was read at 13% of the floor by the tl.dot
+loop (H200 table X: 9.96 us), where one 2-16 KB round trip per program is the fastest plain read of
+those bytes (bench/results/2026-12-03-h200-latency-floor.md).
 The workspace (zeroed once at first call) is self-cleaning: every element that a call adds to is
 exchanged back to 0 by that call's epilogue. CUDA-graph capturable: no host sync, no allocation
 after the first call.
@@ -21,13 +27,16 @@ import triton
 import triton.language as tl
 
 CONFIG_SPACE = {
-    "BLOCK_E": [16, 32, 64],
-    "BLOCK_K": [64, 128, 256],
-    "SPLIT_K": [1, 2, 4, 8, 16],
-    "BLOCK_M": [16, 32, 64],
+    "MATH": ["dot", "fma"],  # tensor-core tiles, or CUDA-core FMAs for M <= 4 (see the docstring)
+    "BLOCK_E": [4, 8, 16, 32, 64],
+    "BLOCK_K": [128, 256, 512],
+    # 7, 14, 28: hidden 7168 in whole steps of 1024, 512, 256 elements (fewer than 4 splits never filled
+    # the SMs: E = 384 is at most 24 tensor-core tiles)
+    "SPLIT_K": [4, 7, 8, 14, 16, 28],
+    "BLOCK_M": [1, 2, 4, 16, 64],
     "EPILOGUE": ["fused", "separate"],
     "EPI_M": [1, 2, 4, 8],
-    "num_warps": [2, 4, 8],
+    "num_warps": [1, 2, 4, 8],
     "num_stages": [2, 3, 4],
 }
 CONSTRAINTS = [
@@ -35,8 +44,17 @@ CONSTRAINTS = [
     "BLOCK_K * SPLIT_K <= K",
     "EPI_M <= max(1, M)",
     "BLOCK_E * BLOCK_K <= 16384",
+    "MATH == 'fma' or (BLOCK_M >= 16 and BLOCK_E >= 16)",  # tl.dot's tiles
+    "MATH == 'dot' or (M <= 4 and BLOCK_M >= M and BLOCK_M < 2 * M)",  # one BLOCK_M per M
+    # fma: every program the same whole number of unrolled steps, whole 16-byte W vectors per thread,
+    # <= 256 bytes of loads in flight and <= 64 partial-sum registers a thread
+    "MATH == 'dot' or (K % BLOCK_K == 0 and (K // BLOCK_K) % SPLIT_K == 0)",
+    "MATH == 'dot' or BLOCK_E * BLOCK_K >= 256 * num_warps",
+    "MATH == 'dot' or (K // SPLIT_K) * (BLOCK_M + BLOCK_E) <= 4096 * num_warps",
+    "MATH == 'dot' or BLOCK_M * BLOCK_E * BLOCK_K <= 2048 * num_warps",
+    "MATH == 'dot' or num_stages == 2",  # unrolled: no pipeline; one value, so a search never re-measures it
 ]
-DEFAULT_CONFIG = {"BLOCK_E": 16, "BLOCK_K": 128, "SPLIT_K": 8, "BLOCK_M": 16, "EPILOGUE": "fused",
+DEFAULT_CONFIG = {"MATH": "dot", "BLOCK_E": 16, "BLOCK_K": 128, "SPLIT_K": 8, "BLOCK_M": 16, "EPILOGUE": "fused",
                   "EPI_M": 4, "num_warps": 4, "num_stages": 3}
 # relaxed partial-sum adds: LLVM emits them as atom.* or red.* (result unused), so claim the common part
 def claims(config: dict, shape: dict) -> dict:
@@ -44,9 +62,13 @@ def claims(config: dict, shape: dict) -> dict:
     one has no counter (seen on the H200: every 'separate' config failed a blanket claim)."""
     c = {**DEFAULT_CONFIG, **config}
     fused = c["EPILOGUE"] == "fused"
-    # tl.dot lowers to Hopper wgmma when a warp group owns a 64-row tile, else to mma.sync
-    mma = "wgmma.mma_async" if int(c["BLOCK_M"]) >= 64 and int(c["num_warps"]) % 4 == 0 else "mma.sync"
-    return {"ptx_contains": (["atom.global.gpu.acq_rel.add"] if fused else []) + ["global.gpu.relaxed.add", mma]}
+    # tl.dot lowers to Hopper wgmma when a warp group owns a 64-row tile, else to mma.sync; fma: 16-byte
+    # vector loads of W and no tensor-core instruction at all
+    if c["MATH"] == "fma":
+        math = "ld.global.v4"
+    else:
+        math = "wgmma.mma_async" if int(c["BLOCK_M"]) >= 64 and int(c["num_warps"]) % 4 == 0 else "mma.sync"
+    return {"ptx_contains": (["atom.global.gpu.acq_rel.add"] if fused else []) + ["global.gpu.relaxed.add", math]}
 USES_LIBRARY = False
 
 NEG_INF = float("-inf")
@@ -133,7 +155,8 @@ def router_gemv_kernel(x_ptr, w_ptr, bias_ptr, ws_ptr, counter_ptr, ids_ptr, wts
                        FUSED_EPI: tl.constexpr, E_PAD: tl.constexpr, EPI_M: tl.constexpr,
                        TOP_K: tl.constexpr, TOP_K_PAD: tl.constexpr, N_GROUP: tl.constexpr,
                        TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
-                       NORM: tl.constexpr, M_LOOP: tl.constexpr, INTERPRET: tl.constexpr):
+                       NORM: tl.constexpr, M_LOOP: tl.constexpr, INTERPRET: tl.constexpr,
+                       FMA: tl.constexpr, STEPS: tl.constexpr):
     pid_e = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -141,17 +164,32 @@ def router_gemv_kernel(x_ptr, w_ptr, bias_ptr, ws_ptr, counter_ptr, ids_ptr, wts
     offs_e = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
     m_ok = offs_m < M
     e_ok = offs_e < E
-    acc = tl.zeros([BLOCK_M, BLOCK_E], dtype=tl.float32)
     k_lo = pid_k * K_SPLIT
-    for kk in range(0, K_SPLIT, BLOCK_K):
-        offs_k = k_lo + kk + tl.arange(0, BLOCK_K)
-        k_ok = offs_k < K
-        a = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-        b = tl.load(w_ptr + offs_e[:, None] * K + offs_k[None, :], mask=e_ok[:, None] & k_ok[None, :], other=0.0)
-        if INTERPRET:
-            acc += tl.dot(a.to(tl.float32), tl.trans(b.to(tl.float32)))
-        else:
-            acc += tl.dot(a, tl.trans(b))
+    if FMA:
+        # straight-line loads (STEPS unrolled, K_SPLIT == STEPS * BLOCK_K exactly), broadcast FMAs into
+        # [BLOCK_M, BLOCK_E, BLOCK_K] fp32 partials, one reduction over K at the end; W rows past E are
+        # clamped to row 0 (read, never stored) so the W load stays unmasked and vectorised
+        offs_k = k_lo + tl.arange(0, BLOCK_K)
+        x_ptrs = x_ptr + offs_m[:, None, None] * stride_xm + offs_k[None, None, :]
+        w_ptrs = w_ptr + tl.where(e_ok, offs_e, 0)[None, :, None] * K + offs_k[None, None, :]
+        acc3 = tl.zeros([BLOCK_M, BLOCK_E, BLOCK_K], dtype=tl.float32)
+        for s in tl.static_range(STEPS):
+            b3 = tl.load(w_ptrs + s * BLOCK_K)
+            a3 = tl.load(x_ptrs + s * BLOCK_K, mask=m_ok[:, None, None], other=0.0)
+            acc3 += a3.to(tl.float32) * b3.to(tl.float32)
+        acc = tl.sum(acc3, axis=2)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_E], dtype=tl.float32)
+        for kk in range(0, K_SPLIT, BLOCK_K):
+            offs_k = k_lo + kk + tl.arange(0, BLOCK_K)
+            k_ok = offs_k < K
+            a = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=m_ok[:, None] & k_ok[None, :],
+                        other=0.0)
+            b = tl.load(w_ptr + offs_e[:, None] * K + offs_k[None, :], mask=e_ok[:, None] & k_ok[None, :], other=0.0)
+            if INTERPRET:
+                acc += tl.dot(a.to(tl.float32), tl.trans(b.to(tl.float32)))
+            else:
+                acc += tl.dot(a, tl.trans(b))
     tl.atomic_add(ws_ptr + offs_m[:, None] * E + offs_e[None, :], acc,
                   mask=m_ok[:, None] & e_ok[None, :], sem="relaxed", scope="gpu")
     if FUSED_EPI:
@@ -199,9 +237,12 @@ def _consts(cfg, shape, interpret):
                N_GROUP=n_group, TOPK_GROUP=topk_group, NG_PAD=_np2(max(n_group, 2)),
                SOFTMAX=shape.get("scoring", "sigmoid") == "softmax", NORM=bool(shape.get("norm", True)),
                INTERPRET=interpret)
+    fma = cfg["MATH"] == "fma"
+    if fma and (K % bk or (K // bk) % split):
+        raise ValueError(f"MATH=fma needs whole, equal BLOCK_K steps per split: K={K}, BLOCK_K={bk}, SPLIT_K={split}")
     gemv = dict(K=K, E=E, K_SPLIT=k_split, BLOCK_M=int(cfg["BLOCK_M"]), BLOCK_E=int(cfg["BLOCK_E"]),
                 BLOCK_K=bk, FUSED_EPI=cfg["EPILOGUE"] == "fused",
-                M_LOOP=max(1, int(shape["M"])),
+                M_LOOP=max(1, int(shape["M"])), FMA=fma, STEPS=(K // bk) // split if fma else 0,
                 **{k: v for k, v in epi.items() if k != "E"})
     grid = (triton.cdiv(E, int(cfg["BLOCK_E"])), triton.cdiv(K, k_split))
     return gemv, epi, grid
