@@ -5,7 +5,7 @@
 #    export of the whole table;
 # 2. the MoE block with THIS table's winners (the shared expert from whichever file won each bucket);
 # 3. the exported wheel's self-test apart from kerneltune.
-# KT_PLAN, KT_WHAT and KT_RESUME_DB make it another session's (bench/h200_session_y.sh).
+# KT_PLAN, KT_WHAT, KT_RESUME_DB and KT_MOE_BATCHES make it another session's (bench/h200_session_y.sh).
 source "$(dirname "$0")/device_lib.sh"
 export KT_LOG_FORMAT=plain KT_RUN_TIMEOUT_S=${KT_RUN_TIMEOUT_S:-120}
 use_plan "${KT_PLAN:-bench/plans/h200_shared_expert_x.json}"
@@ -17,6 +17,6 @@ run timeout "$S" python3 bench/service_tuning.py --plan "$PLAN" --hardware h200 
     --data-dir "/tmp/kt-service-$WHAT" --out "$OUT"
 rm -f "$OUT"/*.md
 W=$(ls -t "$OUT"/*-"$WHAT".json | head -n1)
-run timeout 100 python3 bench/moe_block.py --batches 1,4,16,64 --winners "$W" --out "$OUT"
+run timeout 100 python3 bench/moe_block.py --batches "${KT_MOE_BATCHES:-1,4,16,64}" --winners "$W" --out "$OUT"
 KT_SELFTEST_S=${KT_SELFTEST_S:-100} selftest_exported
 grep -E "^== |search |job |geomean|export|M= *[0-9]|rror" "$L" | tail -40

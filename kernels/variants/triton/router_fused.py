@@ -14,7 +14,12 @@ one-round-trip shape: a program's K range is a whole number of BLOCK_K steps kno
 unrolled, so all its W loads are in flight at once, and BLOCK_M is M's next power of two, not a 16-row
 tensor-core tile. At M = 1 the gate (5.5 MB, HBM floor 1.3 us) was read at 13% of the floor by the tl.dot
 loop (H200 table X: 9.96 us), where one 2-16 KB round trip per program is the fastest plain read of
-those bytes (bench/results/2026-12-03-h200-latency-floor.md).
+those bytes (bench/results/2026-12-03-h200-latency-floor.md). Measured (H200 table Y), it LOSES to the
+tensor-core form: 15.4 us at M=2 and 24.6 at M=4 against 12.5 for tl.dot (96 CTAs of BLOCK_E 64), and no
+fma config reached the top 3 at M=1 (9.93 us, dot). Likely cause: its 336-2688 small CTAs each make
+BLOCK_M x BLOCK_E relaxed fp32 adds into the logits and one acq_rel add on the single arrival counter,
+which serialise at L2, where the dot form makes 96. Kept as a searchable point of the space: the service's
+table decides, and a per-tile counter (two-level arrival) is the next thing to try.
 The workspace (zeroed once at first call) is self-cleaning: every element that a call adds to is
 exchanged back to 0 by that call's epilogue. CUDA-graph capturable: no host sync, no allocation
 after the first call.
