@@ -238,6 +238,8 @@ CASES = {
     # no align launch: one group per (token, expert) pair; M=8 has a hot expert that every token picked
     "moe-noalign-grouped-splitk2": (check_moe_experts, (dict(SPLIT_K=2, COMBINE="grouped", ALIGN="none"), (1, 3, 8))),
     "moe-noalign-pairs": (check_moe_experts, (dict(SPLIT_K=1, COMBINE="pairs", ALIGN="none"), (1, 3))),
+    # PDL asked for (BLOCK_K2 = I): the interpreter runs the plain launch pair, same results
+    "moe-noalign-pdl": (check_moe_experts, (dict(SPLIT_K=2, COMBINE="grouped", ALIGN="none", PDL=1), (1, 3))),
 }
 
 
@@ -307,6 +309,32 @@ def test_compile_ptx_k2_router_fma(m, config):
     assert space.is_valid(full, shape)
     assert not space.is_valid(full, dict(shape, M=8))  # fma stops at M = 4
     assert space.is_valid(dict(mod.DEFAULT_CONFIG), dict(shape, M=8))  # the tensor-core default stays valid
+
+
+@needs_compiler
+def test_compile_ptx_k2_moe_pdl_prefetches_w2_before_the_wait():
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    from kernels.backends.triton_backend import claims_for
+    from kernels.variant_meta import declared_space
+    from search.space import ConfigSpace
+
+    mod = load("moe_experts_grouped")
+    shape = dict(K2["moe_experts_grouped"], M=1)
+    config = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, SPLIT_K=4, num_warps=8, num_stages=4, COMBINE="grouped",
+                  BLOCK_N2=64, BLOCK_K2=256, num_warps2=4, num_stages2=3, ALIGN="none", PDL=1)
+    space = ConfigSpace.parse(declared_space((ROOT / "kernels/variants/triton/moe_experts_grouped.py").read_text()))
+    assert space.is_valid(config, shape)
+    assert not space.is_valid(dict(config, BLOCK_K2=128), shape)  # the prefetch covers all of I
+    assert not space.is_valid(dict(config, ALIGN="sort"), shape)  # experts known before w13: the router's ids
+    ptx = mod.compile_ptx(config, shape, "sm_90a")
+    for needle in claims_for(mod, config, shape):
+        assert needle in ptx, needle
+    w13, w2 = ptx.split(".entry")[1:]
+    assert "griddepcontrol.launch_dependents" in w13 and "griddepcontrol.wait" not in w13
+    before, after = w2.split("griddepcontrol.wait")
+    # the expert's 64 x 256 bf16 rows, 16 bytes a load over 128 threads, all issued before the wait
+    assert before.count("ld.global.v4") >= 64 * 256 * 2 // 16 // 128 and "mma" in after
+    assert ".local" not in ptx
 
 
 @needs_compiler

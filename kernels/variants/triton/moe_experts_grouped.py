@@ -21,6 +21,11 @@ ALIGN="none" (M <= 8) skips the align launch: each (token, expert) pair is its o
 pair's top-k id, one row), so the grid has M*top_k groups and no kernel has to sort. Correct for any M; an
 expert picked by two tokens is then read twice, so it pays only where pairs rarely share experts -- M = 1,
 where the top-k are distinct, saves a launch and the align kernel's chain of atomics out of ~40 us.
+PDL=1 (ALIGN="none", grouped combine, BLOCK_K2 = I; sm_90+ GPUs) prefetches w2 during w13: the w2 launch
+is a programmatic dependent launch, w13 signals griddepcontrol.launch_dependents as it starts, and each w2
+program loads its expert's [BLOCK_N2, I] rows (the expert is the router's top-k id, ready before w13 ran)
+BEFORE griddepcontrol.wait, which returns once w13 has completed and h is visible. w13 itself is launched
+plainly, so the pair never overlaps what ran before it.
 Workspaces are allocated and zeroed on the first call on a device, then kept clean by the kernels
 themselves. Every element of out is written by every call.
 """
@@ -34,18 +39,19 @@ import triton.language as tl
 CONFIG_SPACE = {
     "BLOCK_M": [16, 32, 64],
     "BLOCK_N": [16, 32, 64],
-    "BLOCK_K": [64, 128, 256],
+    "BLOCK_K": [128, 256],  # 64 never won on the H200 (dropped to keep PDL under the API's cap)
     "SPLIT_K": [1, 2, 4, 8],
     "num_warps": [4, 8],  # 2 warps never won on the H200 and kept the space under the API's 100k-point cap
     "num_stages": [2, 3, 4],
     "COMBINE": ["grouped", "pairs"],
     # the H200 table (bench/results/2026-12-03-h200-decode-tuning-r.sqlite): w2 tiles of 128 rows won at every
     # M and time falls with the width at M=1 (32: 49.5 us, 64: 44.1, 128: 40.7); 2 warps for w2 lost (45.4)
-    "BLOCK_N2": [32, 64, 128],
+    "BLOCK_N2": [64, 128],  # 32 was the slowest at every M
     "BLOCK_K2": [64, 128, 256],
     "num_warps2": [4, 8],
     "num_stages2": [2, 3],
     "ALIGN": ["sort", "none"],  # "sort" first: what the versions before this parameter did
+    "PDL": [0, 1],
 }
 CONSTRAINTS = [
     "BLOCK_M <= max(16, M)",
@@ -56,10 +62,11 @@ CONSTRAINTS = [
     "BLOCK_N2 * BLOCK_K2 <= 16384",
     "COMBINE == 'grouped' or M <= 8",
     "ALIGN == 'sort' or M <= 8",
+    "PDL == 0 or (ALIGN == 'none' and COMBINE == 'grouped' and BLOCK_K2 >= I)",  # prefetch: the whole K of w2
 ]
 DEFAULT_CONFIG = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 4, "num_warps": 4, "num_stages": 3,
-                  "COMBINE": "grouped", "BLOCK_N2": 32, "BLOCK_K2": 128, "num_warps2": 4, "num_stages2": 2,
-                  "ALIGN": "sort"}
+                  "COMBINE": "grouped", "BLOCK_N2": 64, "BLOCK_K2": 128, "num_warps2": 4, "num_stages2": 2,
+                  "ALIGN": "sort", "PDL": 0}
 
 
 def claims(config, shape):
@@ -69,6 +76,8 @@ def claims(config, shape):
     out = ["mma.sync", "cp.async"]
     if c["ALIGN"] == "sort" or c["COMBINE"] == "grouped" or int(c["SPLIT_K"]) > 1:
         out.append("atom.global.gpu.acq_rel.add")
+    if int(c["PDL"]):
+        out += ["griddepcontrol.launch_dependents", "griddepcontrol.wait"]
     return {"ptx_contains": out}
 USES_LIBRARY = False
 
@@ -114,7 +123,9 @@ def moe_w13_kernel(x_ptr, w13_ptr, h_ptr, ws_ptr, cnt_ptr, sorted_ptr, g_expert_
                    stride_xm,
                    K: tl.constexpr, I: tl.constexpr, TOP_K: tl.constexpr, K_SPLIT: tl.constexpr,
                    M_CHUNKS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr):
+                   SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
+    if PDL:  # the w2 launch's programs may start (and prefetch) once all of these have started
+        tl.extra.cuda.gdc_launch_dependents()
     g = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -186,7 +197,7 @@ def moe_w2_grouped_kernel(h_ptr, w2_ptr, tw_ptr, ows_ptr, cnt_ptr, out_ptr, sort
                           g_count_ptr, stride_om,
                           K: tl.constexpr, I: tl.constexpr, TOP_K: tl.constexpr, M_CHUNKS: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                          INTERPRET: tl.constexpr):
+                          INTERPRET: tl.constexpr, PDL: tl.constexpr):
     g = tl.program_id(0)
     pid_n = tl.program_id(1)
     e = tl.load(g_expert_ptr + g)
@@ -197,6 +208,11 @@ def moe_w2_grouped_kernel(h_ptr, w2_ptr, tw_ptr, ows_ptr, cnt_ptr, out_ptr, sort
         n_ok = offs_n < K
         wbase = w2_ptr + e.to(tl.int64) * (K * I)
         nb = tl.num_programs(1)
+        if PDL:
+            # this expert's w2 rows do not depend on w13 (BLOCK_K == I): load them, then wait for h
+            offs_kp = tl.arange(0, BLOCK_K)
+            b_pre = tl.load(wbase + offs_n[:, None] * I + offs_kp[None, :], mask=n_ok[:, None], other=0.0)
+            tl.extra.cuda.gdc_wait()
         for mc in tl.static_range(M_CHUNKS):
             if mc * BLOCK_M < cnt:
                 r = mc * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -205,15 +221,21 @@ def moe_w2_grouped_kernel(h_ptr, w2_ptr, tw_ptr, ows_ptr, cnt_ptr, out_ptr, sort
                 tok = pair // TOP_K
                 wt = tl.load(tw_ptr + pair, mask=r_ok, other=0.0)
                 acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-                for k0 in range(0, I, BLOCK_K):
-                    offs_k = k0 + tl.arange(0, BLOCK_K)
-                    k_ok = offs_k < I
-                    a = tl.load(h_ptr + pair[:, None] * I + offs_k[None, :], mask=r_ok[:, None] & k_ok[None, :], other=0.0)
-                    b = tl.load(wbase + offs_n[:, None] * I + offs_k[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-                    if INTERPRET:
-                        acc += tl.dot(a.to(tl.float32), tl.trans(b.to(tl.float32)))
-                    else:
-                        acc += tl.dot(a, tl.trans(b))
+                if PDL:
+                    a = tl.load(h_ptr + pair[:, None] * I + offs_kp[None, :], mask=r_ok[:, None], other=0.0)
+                    acc += tl.dot(a, tl.trans(b_pre))
+                else:
+                    for k0 in range(0, I, BLOCK_K):
+                        offs_k = k0 + tl.arange(0, BLOCK_K)
+                        k_ok = offs_k < I
+                        a = tl.load(h_ptr + pair[:, None] * I + offs_k[None, :], mask=r_ok[:, None] & k_ok[None, :],
+                                    other=0.0)
+                        b = tl.load(wbase + offs_n[:, None] * I + offs_k[None, :], mask=n_ok[:, None] & k_ok[None, :],
+                                    other=0.0)
+                        if INTERPRET:
+                            acc += tl.dot(a.to(tl.float32), tl.trans(b.to(tl.float32)))
+                        else:
+                            acc += tl.dot(a, tl.trans(b))
                 acc = acc * wt[:, None]
                 omask = r_ok[:, None] & n_ok[None, :]
                 wsp = ows_ptr + tok[:, None] * K + offs_n[None, :]
@@ -267,7 +289,8 @@ def _full_config(config):
     return cfg
 
 
-def _consts(cfg, shape, interpret):
+def _consts(cfg, shape, interpret, pdl=False):
+    """pdl: the config asks for PDL AND the target runs griddepcontrol (sm_90+, not the interpreter)."""
     E, K, I, top_k, M = (int(shape[n]) for n in ("E", "K", "I", "top_k", "M"))
     M = max(M, 1)
     P = M * top_k
@@ -281,10 +304,10 @@ def _consts(cfg, shape, interpret):
     align = dict(E=E, E_PAD=_np2(E), P_PAD=max(16, _np2(P)), MAX_G=max_g, G_PAD=_np2(max_g), INTERPRET=interpret)
     chunks = triton.cdiv(M, bm) if sort else 1  # an unsorted group is one row
     w13 = dict(K=K, I=I, TOP_K=top_k, K_SPLIT=k_split, M_CHUNKS=chunks, BLOCK_M=bm,
-               BLOCK_N=int(cfg["BLOCK_N"]), BLOCK_K=bk, SPLIT_K=split, INTERPRET=interpret)
+               BLOCK_N=int(cfg["BLOCK_N"]), BLOCK_K=bk, SPLIT_K=split, INTERPRET=interpret, PDL=pdl)
     if cfg["COMBINE"] == "grouped":
         w2 = dict(K=K, I=I, TOP_K=top_k, M_CHUNKS=chunks, BLOCK_M=bm, BLOCK_N=int(cfg["BLOCK_N2"]),
-                  BLOCK_K=min(int(cfg["BLOCK_K2"]), _np2(I)), INTERPRET=interpret)
+                  BLOCK_K=min(int(cfg["BLOCK_K2"]), _np2(I)), INTERPRET=interpret, PDL=pdl)
     else:
         w2 = dict(K=K, I=I, TOP_K=top_k, BLOCK_N=int(cfg["BLOCK_N2"]), BLOCK_K=min(int(cfg["BLOCK_K2"]), _np2(I)))
     dims = dict(E=E, K=K, I=I, top_k=top_k, M=M, P=P, max_g=max_g, nb1=triton.cdiv(I, int(cfg["BLOCK_N"])),
@@ -301,7 +324,9 @@ def build(config, shape):
     state = {}
 
     def _init(dev, interpret):
-        align, w13, w2, d = _consts(cfg, shape, interpret)
+        pdl = (bool(int(cfg["PDL"])) and not interpret and dev.type == "cuda"
+               and torch.cuda.get_device_capability(dev)[0] >= 9)
+        align, w13, w2, d = _consts(cfg, shape, interpret, pdl)
         i32 = dict(device=dev, dtype=torch.int32)
         return {"align": align, "w13": w13, "w2": w2, "d": d,
                 "ecnt": torch.zeros((d["E"],), **i32), "estart": torch.zeros((d["E"],), **i32),
@@ -337,9 +362,10 @@ def build(config, shape):
         moe_w13_kernel[(d["max_g"], d["nb1"], st["w13"]["SPLIT_K"])](
             x, w13, st["h"], st["ws13"], st["cnt13"], *groups, x.stride(0), num_warps=nw, num_stages=ns, **st["w13"])
         if grouped:
+            launch = {"launch_pdl": True} if st["w2"]["PDL"] else {}
             moe_w2_grouped_kernel[(d["max_g"], d["nb2"])](
                 st["h"], w2, tw, st["ows"], st["cnt2"], out, *groups, out.stride(0), num_warps=nw2,
-                num_stages=ns2, **st["w2"])
+                num_stages=ns2, **st["w2"], **launch)
         else:
             moe_w2_pairs_kernel[(m, d["nb2"])](st["h"], w2, ids, tw, out, out.stride(0), num_warps=nw2,
                                                num_stages=ns2, **st["w2"])
@@ -349,7 +375,7 @@ def build(config, shape):
 
 # --- ahead-of-time PTX, no GPU -----------------------------------------------------------------
 
-def _aot(kernel, types, consts, num_warps, num_stages, arch, aligned=()):
+def _aot(kernel, types, consts, num_warps, num_stages, arch, aligned=(), pdl_launch=False):
     """PTX for one kernel, specialised as the JIT would at run time: pointers (torch allocations)
     and the ints in ``aligned`` (strides that are multiples of 16) carry tt.divisibility=16."""
     from triton.backends.compiler import GPUTarget
@@ -365,13 +391,15 @@ def _aot(kernel, types, consts, num_warps, num_stages, arch, aligned=()):
             attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource(kernel, sig, consts, attrs)
     out = triton.compile(src, target=GPUTarget("cuda", cap, 32),
-                         options={"num_warps": num_warps, "num_stages": num_stages})
+                         options={"num_warps": num_warps, "num_stages": num_stages,
+                                  **({"launch_pdl": True} if pdl_launch else {})})
     return out.asm["ptx"]
 
 
 def compile_ptx(config, shape, arch="sm_90a"):
     cfg = _full_config(config)
-    align, w13, w2, _ = _consts(cfg, shape, False)
+    pdl = bool(int(cfg["PDL"])) and int("".join(ch for ch in str(arch) if ch.isdigit()) or 90) >= 90
+    align, w13, w2, _ = _consts(cfg, shape, False, pdl)
     types = {n: "*i32" for n in ("ids_ptr", "ecnt_ptr", "estart_ptr", "sorted_ptr", "pos_ptr", "g_expert_ptr",
                                  "g_start_ptr", "g_count_ptr", "cnt_ptr")}
     types.update({"x_ptr": "*bf16", "w13_ptr": "*bf16", "h_ptr": "*bf16", "ws_ptr": "*fp32", "w2_ptr": "*bf16",
@@ -381,5 +409,5 @@ def compile_ptx(config, shape, arch="sm_90a"):
     ptx = [_aot(moe_align_kernel, types, align, 4, 1, arch)] if cfg["ALIGN"] == "sort" else []
     ptx.append(_aot(moe_w13_kernel, types, w13, int(cfg["num_warps"]), int(cfg["num_stages"]), arch, al))
     k2 = moe_w2_grouped_kernel if cfg["COMBINE"] == "grouped" else moe_w2_pairs_kernel
-    ptx.append(_aot(k2, types, w2, int(cfg["num_warps2"]), int(cfg["num_stages2"]), arch, al))
+    ptx.append(_aot(k2, types, w2, int(cfg["num_warps2"]), int(cfg["num_stages2"]), arch, al, pdl_launch=pdl))
     return "\n".join(ptx)
