@@ -25,7 +25,10 @@ PDL=1 (ALIGN="none", grouped combine, BLOCK_K2 = I; sm_90+ GPUs) prefetches w2 d
 is a programmatic dependent launch, w13 signals griddepcontrol.launch_dependents as it starts, and each w2
 program loads its expert's [BLOCK_N2, I] rows (the expert is the router's top-k id, ready before w13 ran)
 BEFORE griddepcontrol.wait, which returns once w13 has completed and h is visible. w13 itself is launched
-plainly, so the pair never overlaps what ran before it.
+plainly, so the pair never overlaps what ran before it. Measured (H200 table ZA), it LOSES at the same tiles:
+M=1 39.0 vs 38.3 us, M=2 72.7 vs 70.2, M=4 114.3 vs 106.0. w13 already streams 59 MB near the HBM rate at
+M=1, so the early w2 reads share bandwidth rather than fill idle time, and the prefetched tile costs the w2
+kernel occupancy (114 registers). It pays in shared_expert_gemv, whose two launches are latency-bound.
 Workspaces are allocated and zeroed on the first call on a device, then kept clean by the kernels
 themselves. Every element of out is written by every call.
 """
