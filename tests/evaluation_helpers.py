@@ -22,9 +22,12 @@ QUICK_BENCH = BenchSettings(min_rounds=6, max_rounds=40, min_time_s=0.0)
 
 def run_source(source: str, data_dir: Path, *, language: str = "torch", m: int = 4, timeout_s: float = 60,
                bench: BenchSettings = QUICK_BENCH, declares_library: bool = False, seed: int = 7,
-               memory_limit_mb: int = 8192, shape: Shape = SMALL) -> RunResult:
-    spec = RunSpec(run_id=f"test-{source_hash(source)[:8]}", slot="dense_gemm", language=language, source=source,
-                   source_hash=source_hash(source), config={}, shape=shape.to_json(), m=m, device=DEVICE,
+               memory_limit_mb: int = 8192, shape: Shape = SMALL, config: dict | None = None,
+               device: str = DEVICE) -> RunResult:
+    config = dict(config or {})
+    run_id = f"test-{source_hash(source)[:8]}-m{m}-{source_hash(repr(sorted(config.items())))[:6]}"
+    spec = RunSpec(run_id=run_id, slot=shape.slot, language=language, source=source,
+                   source_hash=source_hash(source), config=config, shape=shape.to_json(), m=m, device=device,
                    seed=seed, bench=bench, timeout_s=timeout_s, declares_library=declares_library,
                    memory_limit_mb=memory_limit_mb)
     result = evaluate(spec, data_dir=data_dir)

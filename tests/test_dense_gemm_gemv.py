@@ -218,18 +218,13 @@ def data_dir(tmp_path_factory):
     (2, dict(BLOCK_M=2, BLOCK_N=4, BLOCK_K=128, SPLIT_K=2, num_warps=2, num_stages=0)),  # unrolled
 ])
 def test_pipeline_evaluate_passes(data_dir, m, config):
-    from kernels.backends.base import source_hash
+    from evaluation_helpers import run_source
     from kernels.slots.base import Shape
-    from workers.protocol import BenchSettings, RunResult, RunSpec, Verdict
-    from workers.sandbox import evaluate
+    from workers.protocol import BenchSettings, Verdict
 
-    source = VARIANT.read_text()
-    shape = Shape("dense_gemm", "t", {"N": 256, "K": 512})
-    spec = RunSpec(run_id=f"gemv-{m}", slot="dense_gemm", language="triton", source=source,
-                   source_hash=source_hash(source), config=config, shape=shape.to_json(), m=m, device="cpu",
-                   seed=11, bench=BenchSettings(min_rounds=3, max_rounds=6, min_time_s=0.0, input_sets=4), timeout_s=300)
-    result = evaluate(spec, data_dir=data_dir)
-    assert RunResult.model_validate_json(result.model_dump_json()) == result
+    result = run_source(VARIANT.read_text(), data_dir, language="triton", m=m, config=config, device="cpu",
+                        shape=Shape("dense_gemm", "t", {"N": 256, "K": 512}), seed=11, timeout_s=300,
+                        bench=BenchSettings(min_rounds=3, max_rounds=6, min_time_s=0.0, input_sets=4))
     assert result.verdict == Verdict.passed, (result.reason_code, result.reason, result.compile and result.compile.log)
     assert result.check.passed and result.bench.median_us > 0
     assert not result.uses_library

@@ -182,18 +182,13 @@ def test_compile_ptx_sm90a_holds_the_claims(cfg_name):
     (3, dict(BLOCK_M=4, BLOCK_N=4, BLOCK_K=256, SPLIT_K=1, num_warps=4, BLOCK_N2=32, BLOCK_K2=64, num_warps2=4)),
 ])
 def test_pipeline_evaluate_passes(tmp_path, m, config):
-    from kernels.backends.base import source_hash
+    from evaluation_helpers import run_source
     from kernels.slots.base import Shape
-    from workers.protocol import BenchSettings, RunResult, RunSpec, Verdict
-    from workers.sandbox import evaluate
+    from workers.protocol import BenchSettings, Verdict
 
-    source = VARIANT.read_text()
-    shape = Shape("shared_expert", "t", {"K": 512, "I": 64})
-    spec = RunSpec(run_id=f"se-gemv-{m}", slot="shared_expert", language="triton", source=source,
-                   source_hash=source_hash(source), config=config, shape=shape.to_json(), m=m, device="cpu",
-                   seed=5, bench=BenchSettings(min_rounds=3, max_rounds=6, min_time_s=0.0, input_sets=4), timeout_s=300)
-    result = evaluate(spec, data_dir=tmp_path)
-    assert RunResult.model_validate_json(result.model_dump_json()) == result
+    result = run_source(VARIANT.read_text(), tmp_path, language="triton", m=m, config=config, device="cpu",
+                        shape=Shape("shared_expert", "t", {"K": 512, "I": 64}), seed=5, timeout_s=300,
+                        bench=BenchSettings(min_rounds=3, max_rounds=6, min_time_s=0.0, input_sets=4))
     assert result.verdict == Verdict.passed, (result.reason_code, result.reason, result.compile and result.compile.log)
     assert result.check.passed and result.bench.median_us > 0
     assert not result.uses_library
