@@ -56,9 +56,8 @@ SPECS = {
 }
 MODULES = {"add_rmsnorm": "add_rmsnorm_fused", "router": "router_fused", "moe_experts": "moe_experts_grouped",
            "shared_expert": "shared_expert_fused"}
-# Other files of the same slot a winner may be (the table picks per batch bucket); a block config names
-# such a file under FILE_KEY, beside the config it builds with.
-ALT_FILES = {"shared_expert": ("shared_expert_gemv",)}
+# A bucket's winner may be another Triton file of the same slot than MODULES names (the table picks per
+# bucket, e.g. shared_expert_gemv at M <= 2); a block config names such a file under FILE_KEY.
 FILE_KEY = "file"
 
 
@@ -71,7 +70,7 @@ def load(name, language="triton"):
 
 def configs_from_tuning(path):
     """The configs of a bench/service_tuning.py results file's winners for this block's slots, keyed by
-    the M that won each bucket; only winners that are this block's own variant files count (a stock
+    the M that won each bucket; only winners that are shipped Triton files count (a stock or torch/CuTe
     bucket keeps the nearest tuned config: the tuned path has no stock fallback)."""
     out = {}
     for key, by_m in tuned_winners(path, lambda k: k.split("/")[0] in MODULES).items():
@@ -79,7 +78,7 @@ def configs_from_tuning(path):
         for m, (stem, config) in by_m.items():
             if stem == MODULES[slot]:
                 out.setdefault(slot, {})[str(m)] = config
-            elif stem in ALT_FILES.get(slot, ()):
+            elif (VARIANTS / "triton" / f"{stem}.py").is_file():
                 out.setdefault(slot, {})[str(m)] = {FILE_KEY: stem, **config}
     return out
 
@@ -195,8 +194,7 @@ def build_paths(s, m, W, configs, dev):
     buf["out_side"] = torch.empty(m, s["H"], device=dev, dtype=bf)
     paths = {"stock": stock, "stock_graph": lambda: stock(graph_experts=True), "tuned": tuned,
              "tuned_side": lambda: tuned(side=side_stream, out="out_side")}
-    buf["files"] = files
-    return paths, buf, experts_name, capturable
+    return paths, buf, files, experts_name, capturable
 
 
 def capture(fn, dev):
@@ -338,7 +336,7 @@ def main():
     W = make_weights(spec, dev, torch.Generator(device=dev).manual_seed(0))
     rows = []
     for m in [int(b) for b in args.batches.split(",")]:
-        paths, buf, experts_name, capturable = build_paths(spec, m, W, configs, dev)
+        paths, buf, files, experts_name, capturable = build_paths(spec, m, W, configs, dev)
         runs = {name: (capture(fn, dev) if capturable or name != "stock" else fn) for name, fn in paths.items()}
         if not capturable:
             paths["stock"]()
@@ -360,7 +358,7 @@ def main():
         # keeps fp32, so near-ties between the k-th and (k+1)-th expert can fall either way.
         ref_ids, _ = stock_router(spec, buf["h"].float(), {**W, "gate": W["gate"].float()})
         times = time_pair(runs, args.reps, dev)
-        row = {"M": m, "topk_set_match": same, "side_stream": dev.type == "cuda", "files": buf["files"],
+        row = {"M": m, "topk_set_match": same, "side_stream": dev.type == "cuda", "files": files,
                "topk_set_match_vs_fp32_logits": {"tuned": topk_match(buf["ids"], ref_ids),
                                                  "stock": topk_match(buf["stock_ids"], ref_ids)}}
         for name, run in runs.items():

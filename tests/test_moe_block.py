@@ -76,3 +76,17 @@ def test_winners_of_a_resumed_db_are_found_along_the_resume_chain(tmp_path: Path
     cut.write_text(json.dumps(doc))
     with pytest.raises(SystemExit, match="no results file"):
         mod.configs_from_tuning(cut)
+
+
+def test_a_winner_from_another_triton_file_of_the_slot_is_named_in_its_config() -> None:
+    """The final H200 table gives the shared expert's buckets 1 and 2 to shared_expert_gemv and the larger
+    ones to shared_expert_fused (MODULES' file): the block must build each bucket from its own winner's file."""
+    spec = importlib.util.spec_from_file_location("kt_moe_block", REPO / "bench" / "moe_block.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    configs = mod.configs_from_tuning(REPO / "bench" / "results" / "2026-12-04-h200-decode-tuning-za.json")
+    shared = configs["shared_expert"]
+    assert shared["1"][mod.FILE_KEY] == shared["2"][mod.FILE_KEY] == "shared_expert_gemv"
+    assert shared["1"]["PDL"] == 1
+    assert all(mod.FILE_KEY not in shared[m] for m in ("4", "16", "64"))  # MODULES' own file
+    assert all(mod.FILE_KEY not in c for slot in ("router", "moe_experts", "add_rmsnorm") for c in configs[slot].values())
