@@ -107,6 +107,31 @@ def check_router(epilogue, scoring, n_group, math="dot"):
             prev = outputs["topk_weights"].clone()
 
 
+def check_router_ties(epilogue):
+    """Top-k picks by packed int64 keys: equal choice values go to the lowest expert (as argmax did), and
+    all-negative choice values (bias -1: sigmoid - 1 < 0) order correctly through the sign-flipped bits."""
+    mod = load("router_fused")
+    E, K, top_k, scaling = 16, 128, 4, 2.0
+    g = torch.Generator().manual_seed(3)
+    x = bf((1, K), g)
+    w = bf((E, K), g, 0.1 * K ** -0.5)
+    w[[3, 9, 12]] = (x[0].float() * (0.2 / x[0].float().norm())).bfloat16()  # three equal, largest logits
+    bias = torch.full((E,), -1.0)
+    config = dict(SPLIT_K=1, BLOCK_K=64, BLOCK_E=16, EPILOGUE=epilogue, EPI_M=1, EPI_WARPS=1)
+    shape = dict(E=E, K=K, top_k=top_k, n_group=1, topk_group=1, scaling=scaling, norm=True, scoring="sigmoid",
+                 M=1, slot="router", name="t", dtype="bfloat16")
+    fn = mod.build(config, shape)
+    outputs = dict(topk_ids=torch.empty((1, top_k), dtype=torch.int32),
+                   topk_weights=torch.empty((1, top_k), dtype=torch.float32))
+    call_checked(fn, dict(x=x, w=w, bias=bias), outputs)
+    scores, masked = router_ref(x, w, bias, top_k, 1, 1, scaling, True, "sigmoid")
+    assert (masked < 0).all()
+    fourth = int(masked[0].masked_fill(torch.isin(torch.arange(E), torch.tensor([3, 9, 12])), float("-inf")).argmax())
+    assert outputs["topk_ids"][0].tolist() == [3, 9, 12, fourth]
+    sw = scores.gather(1, outputs["topk_ids"].long())
+    assert torch.allclose(outputs["topk_weights"].double(), sw / sw.sum(-1, keepdim=True) * scaling, rtol=1e-4)
+
+
 # --- add_rmsnorm / oproj_residual_norm ---------------------------------------------------------
 
 def rms_ref(r, weight, eps):
@@ -224,6 +249,8 @@ CASES = {
     "router-fused-softmax-grouped": (check_router, ("fused", "softmax", 4)),
     "router-fma-fused-sigmoid-grouped": (check_router, ("fused", "sigmoid", 4, "fma")),
     "router-fma-separate-softmax-nogroup": (check_router, ("separate", "softmax", 1, "fma")),
+    "router-ties-negative-fused": (check_router_ties, ("fused",)),
+    "router-ties-negative-separate-1warp": (check_router_ties, ("separate",)),
     "add_rmsnorm-one-pass": (check_add_rmsnorm, (256,)),
     "add_rmsnorm-chunked": (check_add_rmsnorm, (64,)),
     "oproj_residual_norm": (check_oproj_residual_norm, ()),

@@ -40,7 +40,10 @@ CONFIG_SPACE = {
     "SPLIT_K": [4, 7, 8, 14, 16, 28],
     "BLOCK_M": [1, 2, 4, 16, 64],
     "EPILOGUE": ["fused", "separate"],
-    "EPI_M": [1, 2, 4, 8],
+    "EPI_M": [1, 4],  # 1 won every bucket of every H200 table (2 and 8 dropped for EPI_WARPS, under the cap)
+    # warps of the separate epilogue launch: 1 keeps each top-k pick's reduction inside one warp (shuffles,
+    # no CTA barrier); 4 is what the launch had before this parameter (the GEMV's num_warps, 4 in every win)
+    "EPI_WARPS": [1, 4],
     "num_warps": [1, 2, 4, 8],
     "num_stages": [2, 3, 4],
 }
@@ -48,6 +51,7 @@ CONSTRAINTS = [
     "BLOCK_M <= max(16, M)",
     "BLOCK_K * SPLIT_K <= K",
     "EPI_M <= max(1, M)",
+    "EPILOGUE == 'separate' or EPI_WARPS == 1",  # the fused epilogue runs in the GEMV's CTA: one point
     "BLOCK_E * BLOCK_K <= 16384",
     "MATH == 'fma' or (BLOCK_M >= 16 and BLOCK_E >= 16)",  # tl.dot's tiles
     "MATH == 'dot' or (M <= 4 and BLOCK_M >= M and BLOCK_M < 2 * M)",  # one BLOCK_M per M
@@ -60,7 +64,7 @@ CONSTRAINTS = [
     "MATH == 'dot' or num_stages == 2",  # unrolled: no pipeline; one value, so a search never re-measures it
 ]
 DEFAULT_CONFIG = {"MATH": "dot", "BLOCK_E": 16, "BLOCK_K": 128, "SPLIT_K": 8, "BLOCK_M": 16, "EPILOGUE": "fused",
-                  "EPI_M": 4, "num_warps": 4, "num_stages": 3}
+                  "EPI_M": 4, "EPI_WARPS": 1, "num_warps": 4, "num_stages": 3}
 # relaxed partial-sum adds: LLVM emits them as atom.* or red.* (result unused), so claim the common part
 def claims(config: dict, shape: dict) -> dict:
     """The arrival counter's acq_rel add exists only in the fused (one-launch) epilogue: the separate
@@ -77,6 +81,12 @@ def claims(config: dict, shape: dict) -> dict:
 USES_LIBRARY = False
 
 NEG_INF = float("-inf")
+
+
+@triton.jit
+def _keep_larger(key_a, score_a, key_b, score_b):
+    a = key_a > key_b  # keys are unique: no ties
+    return tl.where(a, key_a, key_b), tl.where(a, score_a, score_b)
 
 
 @triton.jit
@@ -134,13 +144,19 @@ def _route_rows(ws_ptr, bias_ptr, ids_ptr, wts_ptr, m0, M, scaling,
     kcol = tl.arange(0, TOP_K_PAD)
     ids_t = tl.zeros([EPI_M, TOP_K_PAD], dtype=tl.int32)
     w_t = tl.zeros([EPI_M, TOP_K_PAD], dtype=tl.float32)
+    # One reduction per pick (it was two: an argmax, then a sum to fetch the pick's score, each a round of
+    # shuffles and a CTA barrier): a unique int64 key per expert -- the choice value's bits made order-
+    # preserving as an integer, then E_PAD-1-e so that equal values pick the lowest expert, as argmax does --
+    # reduced together with the expert's score.
+    bits = masked.to(tl.int32, bitcast=True)
+    ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+    key = (ordered.to(tl.int64) << 32) | (E_PAD - 1 - offs_e).to(tl.int64)[None, :]
     for i in tl.static_range(TOP_K):
-        idx = tl.argmax(masked, axis=1)
-        sel = offs_e[None, :] == idx[:, None]
-        sc = tl.sum(tl.where(sel, scores, 0.0), axis=1)
-        ids_t = tl.where(kcol[None, :] == i, idx[:, None].to(tl.int32), ids_t)
+        best, sc = tl.reduce((key, scores), 1, _keep_larger)
+        idx = (E_PAD - 1) - (best & 0xFFFFFFFF).to(tl.int32)
+        ids_t = tl.where(kcol[None, :] == i, idx[:, None], ids_t)
         w_t = tl.where(kcol[None, :] == i, sc[:, None], w_t)
-        masked = tl.where(sel, float("-inf"), masked)
+        key = tl.where(key == best[:, None], -9223372036854775808, key)
     if NORM:
         s = tl.sum(w_t, axis=1)
         s = tl.where(s > 0, s, 1.0)
@@ -226,6 +242,8 @@ def _np2(n):
 def _full_config(config):
     cfg = dict(DEFAULT_CONFIG)
     cfg.update(config or {})
+    if "EPI_WARPS" not in (config or {}):  # a config from before EPI_WARPS: its epilogue had the GEMV's warps
+        cfg["EPI_WARPS"] = cfg["num_warps"]
     return cfg
 
 
@@ -278,7 +296,7 @@ def build(config, shape):
                                  m, x.stride(0), scaling, num_warps=nw, num_stages=ns, **gemv)
         if not gemv["FUSED_EPI"]:
             router_epilogue_kernel[(triton.cdiv(m, epi["EPI_M"]),)](
-                st["ws"], bias, topk_ids, topk_weights, m, scaling, num_warps=nw, **epi)
+                st["ws"], bias, topk_ids, topk_weights, m, scaling, num_warps=int(cfg["EPI_WARPS"]), **epi)
 
     return run
 
@@ -314,5 +332,5 @@ def compile_ptx(config, shape, arch="sm_90a"):
              "stride_xm": "i32", "scaling": "fp32"}
     ptx = _aot(router_gemv_kernel, types, gemv, nw, ns, arch, aligned=("stride_xm",))
     if not gemv["FUSED_EPI"]:
-        ptx += "\n" + _aot(router_epilogue_kernel, types, epi, nw, ns, arch)
+        ptx += "\n" + _aot(router_epilogue_kernel, types, epi, int(cfg["EPI_WARPS"]), ns, arch)
     return ptx
