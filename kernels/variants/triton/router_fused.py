@@ -3,9 +3,8 @@ DeepSeek-V3 noaux_tc grouped top-k epilogue.
 
 EPILOGUE="fused" (ONE launch): every CTA atomically adds its [BLOCK_M, BLOCK_E] partial logits
 into the fp32 workspace, then bumps an arrival counter (barrier + acq_rel, gpu scope); the CTA that
-arrives last reads the logits back with atomic_xchg(ws, 0) -- a read at L2 that also re-zeroes
-the workspace for the next call -- runs sigmoid/softmax + bias + group mask + top-k for every
-token, and resets the counter. No CTA ever waits on another, so it cannot deadlock whatever the
+arrives last reads the logits back at L2 and re-zeroes the workspace for the next call, runs
+sigmoid/softmax + bias + group mask + top-k for every token, and resets the counter. No CTA ever waits on another, so it cannot deadlock whatever the
 occupancy (e.g. beside the shared expert on another stream).
 EPILOGUE="separate" (TWO launches): same GEMV without the counter, then one CTA per EPI_M tokens
 runs the epilogue (better for M >= 16, where one CTA doing 64 rows of top-k is the tail).
@@ -21,7 +20,7 @@ BLOCK_M x BLOCK_E relaxed fp32 adds into the logits and one acq_rel add on the s
 which serialise at L2, where the dot form makes 96. Kept as a searchable point of the space: the service's
 table decides, and a per-tile counter (two-level arrival) is the next thing to try.
 The workspace (zeroed once at first call) is self-cleaning: every element that a call adds to is
-exchanged back to 0 by that call's epilogue. CUDA-graph capturable: no host sync, no allocation
+set back to 0 by that call's epilogue. CUDA-graph capturable: no host sync, no allocation
 after the first call.
 """
 
@@ -100,14 +99,13 @@ def _route_rows(ws_ptr, bias_ptr, ids_ptr, wts_ptr, m0, M, scaling,
     row_ok = offs_m < M
     col_ok = offs_e < E
     mask2 = row_ok[:, None] & col_ok[None, :]
-    # read the logits and re-zero the workspace in one L2 operation
+    # Read the logits at L2 (.cg: never a stale L1 line), then re-zero the workspace with plain stores. The
+    # fused epilogue runs after its CTA's acq_rel arrival on the counter, which made every other CTA's adds
+    # visible; the separate one is a later launch. (It was an acq_rel atomic_xchg per element: a fenced L2
+    # round trip each, one after another in a thread -- 16 in a row for a one-warp epilogue, H200 table ZC.)
     wsp = ws_ptr + offs_m[:, None] * E + offs_e[None, :]
-    zero = tl.zeros([EPI_M, E_PAD], dtype=tl.float32)
-    if INTERPRET:  # the interpreter has no fp32 atomic_xchg; programs run one at a time there
-        logit = tl.load(wsp, mask=mask2, other=0.0)
-        tl.store(wsp, zero, mask=mask2)
-    else:
-        logit = tl.atomic_xchg(wsp, zero, mask=mask2, sem="acq_rel", scope="gpu")
+    logit = tl.load(wsp, mask=mask2, other=0.0, cache_modifier=".cg")
+    tl.store(wsp, tl.zeros([EPI_M, E_PAD], dtype=tl.float32), mask=mask2)
     logit = tl.where(mask2, logit, float("-inf"))
     if SOFTMAX:
         mx = tl.max(logit, axis=1)
