@@ -16,11 +16,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-# M = 1's shared expert from the GEMV file (named in the block config), M = 3's from the default file
-GEMV_AT_1 = {"shared_expert": {
-    "1": {"file": "shared_expert_gemv", "BLOCK_M": 1, "BLOCK_N": 8, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4,
-          "BLOCK_N2": 16, "BLOCK_K2": 64, "num_warps2": 2},
-    "3": {}}}
+# M = 1's shared and routed experts from the GEMV files (named in the block config), M = 3's from the default files
+GEMV_AT_1 = {
+    "shared_expert": {
+        "1": {"file": "shared_expert_gemv", "BLOCK_M": 1, "BLOCK_N": 8, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4,
+              "BLOCK_N2": 16, "BLOCK_K2": 64, "num_warps2": 2},
+        "3": {}},
+    "moe_experts": {
+        "1": {"file": "moe_experts_gemv", "BLOCK_N": 4, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 2, "BLOCK_N2": 2,
+              "BLOCK_K2": 64, "num_warps2": 1, "PDL": 0},
+        "3": {}}}
 
 
 def test_tiny_block_runs_every_path_and_matches_stock(tmp_path: Path) -> None:
@@ -43,7 +48,7 @@ def test_tiny_block_runs_every_path_and_matches_stock(tmp_path: Path) -> None:
         assert set(r["topk_set_match_vs_fp32_logits"]) == {"tuned", "stock"}
         assert r["speedup_tuned_vs_stock_graph"] > 0 and r["side_stream_gain"] > 0
     assert [r["files"]["shared_expert"] for r in doc["rows"]] == ["shared_expert_gemv", "shared_expert_fused"]
-    assert doc["rows"][0]["files"]["moe_experts"] == "moe_experts_grouped"
+    assert [r["files"]["moe_experts"] for r in doc["rows"]] == ["moe_experts_gemv", "moe_experts_grouped"]
 
 
 def test_winners_of_a_tuning_file_become_the_block_configs() -> None:
@@ -80,13 +85,19 @@ def test_winners_of_a_resumed_db_are_found_along_the_resume_chain(tmp_path: Path
 
 def test_a_winner_from_another_triton_file_of_the_slot_is_named_in_its_config() -> None:
     """The final H200 table gives the shared expert's buckets 1 and 2 to shared_expert_gemv and the larger
-    ones to shared_expert_fused (MODULES' file): the block must build each bucket from its own winner's file."""
+    ones to shared_expert_fused (MODULES' file), and the routed experts' buckets 1-4 to moe_experts_gemv and
+    the larger ones to moe_experts_grouped: the block must build each bucket from its own winner's file."""
     spec = importlib.util.spec_from_file_location("kt_moe_block", REPO / "bench" / "moe_block.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    configs = mod.configs_from_tuning(REPO / "bench" / "results" / "2026-12-04-h200-decode-tuning-za.json")
+    configs = mod.configs_from_tuning(REPO / "bench" / "results" / "2026-12-04-h200-decode-tuning-ze.json")
     shared = configs["shared_expert"]
     assert shared["1"][mod.FILE_KEY] == shared["2"][mod.FILE_KEY] == "shared_expert_gemv"
     assert shared["1"]["PDL"] == 1
     assert all(mod.FILE_KEY not in shared[m] for m in ("4", "16", "64"))  # MODULES' own file
-    assert all(mod.FILE_KEY not in c for slot in ("router", "moe_experts", "add_rmsnorm") for c in configs[slot].values())
+    routed = configs["moe_experts"]
+    assert {routed[m][mod.FILE_KEY] for m in ("1", "2", "4")} == {"moe_experts_gemv"}
+    assert routed["1"]["SPLIT_K"] == 1 and routed["1"]["PDL"] == 1  # session ZE's one-split w13
+    assert all(mod.FILE_KEY not in routed[m] for m in ("16", "64"))
+    assert all(mod.FILE_KEY not in c for slot in ("router", "add_rmsnorm") for c in configs[slot].values())
+    assert configs["router"]["1"]["EPILOGUE"] == "fused" and configs["router"]["2"]["EPI_WARPS"] == 1
