@@ -105,13 +105,10 @@ K2 = {"fused_qkv_a": (2112, 7168), "q_b_proj": (1536, 1536), "o_proj": (7168, 10
 
 
 def test_space_fits_the_api_cap_and_covers_m_1_to_16_only():
-    from kernels.variant_meta import declared_space
-    from search.space import ConfigSpace
-    from service.settings import Settings
+    from support.spaces import submitted_space
 
     mod = load()
-    space = ConfigSpace.parse(declared_space(VARIANT.read_text()),
-                              max_size=Settings.model_fields["max_config_points"].default)
+    space = submitted_space(VARIANT)
     assert space.size() == 20000
     for name, (n, k) in K2.items():
         for m in range(1, 17):

@@ -103,13 +103,10 @@ def test_interpreted_matches_fp32_torch_on_repeated_calls(interpreted, case):
 # --- the config space -------------------------------------------------------------------------------
 
 def test_space_covers_m_1_to_8_only_and_default_fills_the_sms():
-    from kernels.variant_meta import declared_space
-    from search.space import ConfigSpace
-    from service.settings import Settings
+    from support.spaces import submitted_space
 
     mod = load()
-    space = ConfigSpace.parse(declared_space(VARIANT.read_text()),
-                              max_size=Settings.model_fields["max_config_points"].default)
+    space = submitted_space(VARIANT)
     for m in range(1, 9):
         assert space.count(dict(M=m, **K2_TP8)) > 0, m
     for m in (9, 16, 64):

@@ -322,8 +322,7 @@ def test_compile_ptx_k2_router_fma(m, config):
     admits the config at its M only."""
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     from kernels.backends.triton_backend import claims_for
-    from kernels.variant_meta import declared_space
-    from search.space import ConfigSpace
+    from support.spaces import submitted_space
 
     mod = load("router_fused")
     shape = dict(K2["router_fused"], M=m)
@@ -331,7 +330,7 @@ def test_compile_ptx_k2_router_fma(m, config):
     assert ptx.count(".entry") == 1 and "mma" not in ptx and ".local" not in ptx
     for needle in claims_for(mod, config, shape):
         assert needle in ptx, needle
-    space = ConfigSpace.parse(declared_space((ROOT / "kernels/variants/triton/router_fused.py").read_text()))
+    space = submitted_space(ROOT / "kernels/variants/triton/router_fused.py")
     full = {**mod.DEFAULT_CONFIG, **config}
     assert space.is_valid(full, shape)
     assert not space.is_valid(full, dict(shape, M=8))  # fma stops at M = 4
@@ -342,14 +341,13 @@ def test_compile_ptx_k2_router_fma(m, config):
 def test_compile_ptx_k2_moe_pdl_prefetches_w2_before_the_wait():
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     from kernels.backends.triton_backend import claims_for
-    from kernels.variant_meta import declared_space
-    from search.space import ConfigSpace
+    from support.spaces import submitted_space
 
     mod = load("moe_experts_grouped")
     shape = dict(K2["moe_experts_grouped"], M=1)
     config = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, SPLIT_K=4, num_warps=8, num_stages=4, COMBINE="grouped",
                   BLOCK_N2=64, BLOCK_K2=256, num_warps2=4, num_stages2=3, ALIGN="none", PDL=1)
-    space = ConfigSpace.parse(declared_space((ROOT / "kernels/variants/triton/moe_experts_grouped.py").read_text()))
+    space = submitted_space(ROOT / "kernels/variants/triton/moe_experts_grouped.py")
     assert space.is_valid(config, shape)
     assert not space.is_valid(dict(config, BLOCK_K2=128), shape)  # the prefetch covers all of I
     assert not space.is_valid(dict(config, ALIGN="sort"), shape)  # experts known before w13: the router's ids
