@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import workers.check as check
-from evaluation_helpers import SHIPPED, run_cheat, run_source
+from evaluation_helpers import QUICK_BENCH, SHIPPED, run_cheat, run_source
 from kernels.slots.base import Shape
-from workers.protocol import Verdict
+from workers.protocol import BenchSettings, Verdict
 
 
 @pytest.fixture
@@ -71,6 +71,9 @@ def test_large_tensors_take_the_in_place_digest_and_small_ones_the_bytes(monkeyp
 
 # Weights of 16 MiB (bf16): over DEVICE_DIGEST_MIN_BYTES, so the sandboxed child digests them in place.
 LARGE = Shape("dense_gemm", "large", {"N": 4096, "K": 2048})
+# A fixed number of input sets: left to the host, the bench rotates sets past 2x the LLC, and on a CPU with a
+# 480 MiB L3 that is 61 sets of 16 MiB, each digested before and after the bench (~45 s of the 60 s limit).
+FOUR_SETS = BenchSettings(**{**QUICK_BENCH.model_dump(), "input_sets": 4})
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +83,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_large_inputs_in_a_real_child_honest_passes_and_one_written_weight_is_caught(data_dir: Path) -> None:
     assert LARGE.dims["N"] * LARGE.dims["K"] * 2 >= check.DEVICE_DIGEST_MIN_BYTES
-    honest = run_source(SHIPPED, data_dir, shape=LARGE, m=2, declares_library=True)
+    honest = run_source(SHIPPED, data_dir, shape=LARGE, m=2, declares_library=True, bench=FOUR_SETS)
     assert honest.verdict == Verdict.passed, honest.reason  # the digest path trips neither check nor tamper guard
-    cheat = run_cheat("writes_one_weight", data_dir, shape=LARGE, m=2)
+    cheat = run_cheat("writes_one_weight", data_dir, shape=LARGE, m=2, bench=FOUR_SETS)
     assert (cheat.verdict, cheat.reason_code) == (Verdict.rejected, "wrote_inputs"), cheat.reason
