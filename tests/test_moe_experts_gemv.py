@@ -154,6 +154,9 @@ PTX_CONFIGS = {
     # w2 prefetched before griddepcontrol.wait (programmatic dependent launch of the w2 kernel)
     "m1-pdl": (1, dict(BLOCK_N=4, BLOCK_K=512, SPLIT_K=14, num_warps=2, BLOCK_N2=2, BLOCK_K2=256, num_warps2=2,
                        PDL=1)),
+    # the final H200 table's M=1 winner (session ZE): one split, a whole K row pair per CTA, no partials or counter
+    "m1-one-split-pdl": (1, dict(BLOCK_N=2, BLOCK_K=1024, SPLIT_K=1, num_warps=8, BLOCK_N2=2, BLOCK_K2=256,
+                                 num_warps2=8, PDL=1)),
     "m8-split2": (8, dict(BLOCK_N=4, BLOCK_K=512, SPLIT_K=2, num_warps=8, BLOCK_N2=1, BLOCK_K2=256,
                           num_warps2=1)),
 }
