@@ -4,8 +4,8 @@ DeepSeek-V3 noaux_tc grouped top-k epilogue.
 EPILOGUE="fused" (ONE launch): every CTA atomically adds its [BLOCK_M, BLOCK_E] partial logits
 into the fp32 workspace, then bumps an arrival counter (barrier + acq_rel, gpu scope); the CTA that
 arrives last reads the logits back at L2 and re-zeroes the workspace for the next call, runs
-sigmoid/softmax + bias + group mask + top-k for every token, and resets the counter. No CTA ever waits on another, so it cannot deadlock whatever the
-occupancy (e.g. beside the shared expert on another stream).
+sigmoid/softmax + bias + group mask + top-k for every token, and resets the counter. No CTA ever waits
+on another, so it cannot deadlock whatever the occupancy (e.g. beside the shared expert on another stream).
 EPILOGUE="separate" (TWO launches): same GEMV without the counter, then one CTA per EPI_M tokens
 runs the epilogue (better for M >= 2, where one CTA doing every row's top-k is the tail) with EPI_WARPS warps.
 The top-k makes one reduction per pick (a packed int64 key with its score). Measured on the H200 (tables ZC,
@@ -96,7 +96,7 @@ def _route_rows(ws_ptr, bias_ptr, ids_ptr, wts_ptr, m0, M, scaling,
                 E: tl.constexpr, E_PAD: tl.constexpr, EPI_M: tl.constexpr,
                 TOP_K: tl.constexpr, TOP_K_PAD: tl.constexpr, N_GROUP: tl.constexpr,
                 TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
-                NORM: tl.constexpr, INTERPRET: tl.constexpr):
+                NORM: tl.constexpr):
     offs_m = m0 + tl.arange(0, EPI_M)
     offs_e = tl.arange(0, E_PAD)
     row_ok = offs_m < M
@@ -221,7 +221,7 @@ def router_gemv_kernel(x_ptr, w_ptr, bias_ptr, ws_ptr, counter_ptr, ids_ptr, wts
         if arrived == n_ctas - 1:
             for m0 in range(0, M_LOOP, EPI_M):  # M_LOOP: the build's M (constexpr bound)
                 _route_rows(ws_ptr, bias_ptr, ids_ptr, wts_ptr, m0, M, scaling, E, E_PAD, EPI_M,
-                            TOP_K, TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM, INTERPRET)
+                            TOP_K, TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM)
             tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
 
 
@@ -230,10 +230,10 @@ def router_epilogue_kernel(ws_ptr, bias_ptr, ids_ptr, wts_ptr, M, scaling,
                            E: tl.constexpr, E_PAD: tl.constexpr, EPI_M: tl.constexpr,
                            TOP_K: tl.constexpr, TOP_K_PAD: tl.constexpr, N_GROUP: tl.constexpr,
                            TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
-                           NORM: tl.constexpr, INTERPRET: tl.constexpr):
+                           NORM: tl.constexpr):
     m0 = tl.program_id(0) * EPI_M
     _route_rows(ws_ptr, bias_ptr, ids_ptr, wts_ptr, m0, M, scaling, E, E_PAD, EPI_M,
-                TOP_K, TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM, INTERPRET)
+                TOP_K, TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM)
 
 
 def _np2(n):
@@ -259,14 +259,13 @@ def _consts(cfg, shape, interpret):
     k_split = triton.cdiv(triton.cdiv(K, split), bk) * bk
     epi = dict(E=E, E_PAD=_np2(E), EPI_M=int(cfg["EPI_M"]), TOP_K=top_k, TOP_K_PAD=_np2(top_k),
                N_GROUP=n_group, TOPK_GROUP=topk_group, NG_PAD=_np2(max(n_group, 2)),
-               SOFTMAX=shape.get("scoring", "sigmoid") == "softmax", NORM=bool(shape.get("norm", True)),
-               INTERPRET=interpret)
+               SOFTMAX=shape.get("scoring", "sigmoid") == "softmax", NORM=bool(shape.get("norm", True)))
     fma = cfg["MATH"] == "fma"
     if fma and (K % bk or (K // bk) % split):
         raise ValueError(f"MATH=fma needs whole, equal BLOCK_K steps per split: K={K}, BLOCK_K={bk}, SPLIT_K={split}")
     gemv = dict(K=K, E=E, K_SPLIT=k_split, BLOCK_M=int(cfg["BLOCK_M"]), BLOCK_E=int(cfg["BLOCK_E"]),
                 BLOCK_K=bk, FUSED_EPI=cfg["EPILOGUE"] == "fused",
-                M_LOOP=max(1, int(shape["M"])), FMA=fma, STEPS=(K // bk) // split if fma else 0,
+                M_LOOP=max(1, int(shape["M"])), FMA=fma, STEPS=(K // bk) // split if fma else 0, INTERPRET=interpret,
                 **{k: v for k, v in epi.items() if k != "E"})
     grid = (triton.cdiv(E, int(cfg["BLOCK_E"])), triton.cdiv(K, k_split))
     return gemv, epi, grid
