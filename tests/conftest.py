@@ -25,8 +25,16 @@ from sqlalchemy.pool import NullPool
 
 from db.migrate import upgrade
 from db.session import make_engine, make_session_factory, normalize_url
+from support.interpreted import interpreted_results
 
 DEFAULT_TEST_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+
+
+@pytest.fixture(scope="module")
+def interpreted(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The requesting module's CASES under Triton's interpreter: the module run as a script in a child
+    (support.interpreted), once per module; case name -> "ok" or the traceback."""
+    return interpreted_results(request.module.__file__)
 
 
 # --- databases ----------------------------------------------------------------------------------

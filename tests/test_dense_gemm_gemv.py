@@ -20,7 +20,7 @@ import pathlib
 
 import pytest
 import torch
-from support.interpreted import interpreted_results, run_cases
+from support.interpreted import run_cases
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VARIANT = ROOT / "kernels" / "variants" / "triton" / "dense_gemm_gemv.py"
@@ -87,11 +87,6 @@ CASES = {
     # 7 splits of 2 unrolled steps (14 = 7168 / 512 at fused_qkv_a's scale): a split count that is no power of 2
     "unrolled-split7": (dict(BLOCK_N=8, BLOCK_K=32, SPLIT_K=7, num_warps=1, num_stages=0), (1, 3), 40, 448),
 }
-
-
-@pytest.fixture(scope="module")
-def interpreted():
-    return interpreted_results(__file__)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -18,7 +18,7 @@ import pathlib
 
 import pytest
 import torch
-from support.interpreted import interpreted_results, run_cases
+from support.interpreted import run_cases
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VARIANT = ROOT / "kernels" / "variants" / "triton" / "moe_experts_gemv.py"
@@ -88,11 +88,6 @@ CASES = {
     "split4-two-steps-hot": (dict(BLOCK_N=16, BLOCK_K=64, SPLIT_K=4, num_warps=4, BLOCK_N2=2, BLOCK_K2=32,
                                   num_warps2=1), (4, 8), 16, 512, 64, 4, True),
 }
-
-
-@pytest.fixture(scope="module")
-def interpreted():
-    return interpreted_results(__file__)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -18,7 +18,7 @@ import pathlib
 
 import pytest
 import torch
-from support.interpreted import interpreted_results, run_cases
+from support.interpreted import run_cases
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VARIANT = ROOT / "kernels" / "variants" / "triton" / "shared_expert_gemv.py"
@@ -83,11 +83,6 @@ CASES = {
     "split4-two-steps": (dict(BLOCK_N=16, BLOCK_K=64, SPLIT_K=4, num_warps=4, BLOCK_N2=16, BLOCK_K2=32,
                               num_warps2=2), (1, 3, 4), 512, 64),
 }
-
-
-@pytest.fixture(scope="module")
-def interpreted():
-    return interpreted_results(__file__)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

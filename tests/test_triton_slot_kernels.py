@@ -17,7 +17,7 @@ import pathlib
 
 import pytest
 import torch
-from support.interpreted import interpreted_results, run_cases
+from support.interpreted import run_cases
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VARIANTS = ROOT / "kernels" / "variants" / "triton"
@@ -268,11 +268,6 @@ CASES = {
     # PDL asked for (BLOCK_K2 = I): the interpreter runs the plain launch pair, same results
     "moe-noalign-pdl": (check_moe_experts, (dict(SPLIT_K=2, COMBINE="grouped", ALIGN="none", PDL=1), (1, 3))),
 }
-
-
-@pytest.fixture(scope="module")
-def interpreted():
-    return interpreted_results(__file__)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
