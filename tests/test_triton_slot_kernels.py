@@ -75,6 +75,9 @@ def check_router(epilogue, scoring, n_group, math="dot"):
     mod = load("router_fused")
     E, K, top_k, tg, scaling = 16, 256, 4, 2, 2.5
     ms, config = (1, 3, 8), dict(SPLIT_K=2, BLOCK_K=64, BLOCK_E=16, EPILOGUE=epilogue, EPI_M=2)
+    if epilogue == "fused_tiles" and math == "dot":
+        # two-level arrival over several tiles: 3 E tiles (the last one ragged) x 2 M tiles at M = 20
+        E, ms = 40, (1, 3, 20)
     if math == "fma":
         # CUDA-core form: 2 unrolled steps per split; E = 20 over 8-expert tiles, the last one clamped
         E, ms, config = 20, (1, 2, 3, 4), dict(MATH="fma", SPLIT_K=2, BLOCK_K=64, BLOCK_E=8, EPILOGUE=epilogue,
@@ -245,11 +248,14 @@ def check_moe_experts(cfg, ms):
 
 CASES = {
     "router-fused-sigmoid-grouped": (check_router, ("fused", "sigmoid", 4)),
+    "router-fused_tiles-sigmoid-nogroup": (check_router, ("fused_tiles", "sigmoid", 1)),
+    "router-fma-fused_tiles-softmax-grouped": (check_router, ("fused_tiles", "softmax", 4, "fma")),
     "router-separate-sigmoid-nogroup": (check_router, ("separate", "sigmoid", 1)),
     "router-fused-softmax-grouped": (check_router, ("fused", "softmax", 4)),
     "router-fma-fused-sigmoid-grouped": (check_router, ("fused", "sigmoid", 4, "fma")),
     "router-fma-separate-softmax-nogroup": (check_router, ("separate", "softmax", 1, "fma")),
     "router-ties-negative-fused": (check_router_ties, ("fused",)),
+    "router-ties-negative-fused_tiles": (check_router_ties, ("fused_tiles",)),
     "router-ties-negative-separate-1warp": (check_router_ties, ("separate",)),
     "add_rmsnorm-one-pass": (check_add_rmsnorm, (256,)),
     "add_rmsnorm-chunked": (check_add_rmsnorm, (64,)),
@@ -310,7 +316,9 @@ def test_compile_ptx_sm90a(name):
 @needs_compiler
 @pytest.mark.parametrize("m,config", [
     (1, dict(MATH="fma", BLOCK_M=1, BLOCK_E=8, BLOCK_K=512, SPLIT_K=14, num_warps=4, num_stages=2, EPI_M=1)),
-    (4, dict(MATH="fma", BLOCK_M=4, BLOCK_E=4, BLOCK_K=512, SPLIT_K=14, num_warps=4, num_stages=2, EPI_M=4)),
+    (4, dict(MATH="fma", BLOCK_M=4, BLOCK_E=8, BLOCK_K=256, SPLIT_K=28, num_warps=4, num_stages=2, EPI_M=4)),
+    (1, dict(MATH="fma", BLOCK_M=1, BLOCK_E=8, BLOCK_K=512, SPLIT_K=14, num_warps=4, num_stages=2, EPI_M=1,
+             EPILOGUE="fused_tiles")),
 ])
 def test_compile_ptx_k2_router_fma(m, config):
     """The CUDA-core router: one launch, no tensor-core instruction, claims hold, no spills, and the space

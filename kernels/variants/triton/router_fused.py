@@ -6,6 +6,11 @@ into the fp32 workspace, then bumps an arrival counter (barrier + acq_rel, gpu s
 arrives last reads the logits back at L2 and re-zeroes the workspace for the next call, runs
 sigmoid/softmax + bias + group mask + top-k for every token, and resets the counter. No CTA ever waits
 on another, so it cannot deadlock whatever the occupancy (e.g. beside the shared expert on another stream).
+EPILOGUE="fused_tiles": the same one launch with a two-level arrival, for grids of hundreds of CTAs: each
+(E, M) tile's K splits count on that tile's own counter, and only the last split of a tile counts on the
+global one, so no address takes more than max(splits, tiles) arrivals where "fused" takes one per CTA. In
+both fused forms every CTA loads the bias up front, beside its W: the epilogue's only dependent read is the
+logits.
 EPILOGUE="separate" (TWO launches): same GEMV without the counter, then one CTA per EPI_M tokens
 runs the epilogue (better for M >= 2, where one CTA doing every row's top-k is the tail) with EPI_WARPS warps.
 The top-k makes one reduction per pick (a packed int64 key with its score). Measured on the H200 (tables ZC,
@@ -21,7 +26,7 @@ tensor-core form: 15.4 us at M=2 and 24.6 at M=4 against 12.5 for tl.dot (96 CTA
 fma config reached the top 3 at M=1 (9.93 us, dot). Likely cause: its 336-2688 small CTAs each make
 BLOCK_M x BLOCK_E relaxed fp32 adds into the logits and one acq_rel add on the single arrival counter,
 which serialise at L2, where the dot form makes 96. Kept as a searchable point of the space: the service's
-table decides, and a per-tile counter (two-level arrival) is the next thing to try.
+table decides; EPILOGUE="fused_tiles" is the per-tile counter (two-level arrival) that hypothesis asks for.
 The workspace (zeroed once at first call) is self-cleaning: every element that a call adds to is
 set back to 0 by that call's epilogue. CUDA-graph capturable: no host sync, no allocation
 after the first call.
@@ -35,13 +40,16 @@ import triton.language as tl
 
 CONFIG_SPACE = {
     "MATH": ["dot", "fma"],  # tensor-core tiles, or CUDA-core FMAs for M <= 4 (see the docstring)
-    "BLOCK_E": [4, 8, 16, 32, 64],
+    "BLOCK_E": [8, 16, 32, 64],  # 4 went (never in a top 3) to keep the space under the API's cap
     "BLOCK_K": [128, 256, 512],
-    # 7, 14, 28: hidden 7168 in whole steps of 1024, 512, 256 elements (fewer than 4 splits never filled
+    # 7, 14, 28: hidden 7168 in whole steps of 1024, 512, 256 elements (fewer than 7 splits never filled
     # the SMs: E = 384 is at most 24 tensor-core tiles)
-    "SPLIT_K": [4, 7, 8, 14, 16, 28],
+    "SPLIT_K": [7, 8, 14, 16, 28],
     "BLOCK_M": [1, 2, 4, 16, 64],
-    "EPILOGUE": ["fused", "separate"],
+    # fused: one launch, the last CTA to arrive runs the epilogue; fused_tiles: the same with a two-level
+    # arrival (the last split of each E tile, then the last tile: no single counter that every CTA hits);
+    # separate: a second launch
+    "EPILOGUE": ["fused", "fused_tiles", "separate"],
     "EPI_M": [1, 4],  # 1 won every bucket of every H200 table (2 and 8 dropped for EPI_WARPS, under the cap)
     # warps of the separate epilogue launch: 1 keeps each top-k pick's reduction inside one warp (shuffles,
     # no CTA barrier); 4 is what the launch had before this parameter (the GEMV's num_warps, 4 in every win)
@@ -72,7 +80,7 @@ def claims(config: dict, shape: dict) -> dict:
     """The arrival counter's acq_rel add exists only in the fused (one-launch) epilogue: the separate
     one has no counter (seen on the H200: every 'separate' config failed a blanket claim)."""
     c = {**DEFAULT_CONFIG, **config}
-    fused = c["EPILOGUE"] == "fused"
+    fused = c["EPILOGUE"] != "separate"
     # tl.dot lowers to Hopper wgmma when a warp group owns a 64-row tile, else to mma.sync; fma: 16-byte
     # vector loads of W and no tensor-core instruction at all
     if c["MATH"] == "fma":
@@ -92,7 +100,7 @@ def _keep_larger(key_a, score_a, key_b, score_b):
 
 
 @triton.jit
-def _route_rows(ws_ptr, bias_ptr, ids_ptr, wts_ptr, m0, M, scaling,
+def _route_rows(ws_ptr, bias, ids_ptr, wts_ptr, m0, M, scaling,
                 E: tl.constexpr, E_PAD: tl.constexpr, EPI_M: tl.constexpr,
                 TOP_K: tl.constexpr, TOP_K_PAD: tl.constexpr, N_GROUP: tl.constexpr,
                 TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
@@ -121,7 +129,6 @@ def _route_rows(ws_ptr, bias_ptr, ids_ptr, wts_ptr, m0, M, scaling,
     else:
         scores = 1.0 / (1.0 + tl.exp(-logit))
         scores = tl.where(mask2, scores, 0.0)
-    bias = tl.load(bias_ptr + offs_e, mask=col_ok, other=0.0).to(tl.float32)
     choice = tl.where(mask2, scores + bias[None, :], float("-inf"))
     masked = choice
     if N_GROUP > 1:
@@ -178,10 +185,15 @@ def router_gemv_kernel(x_ptr, w_ptr, bias_ptr, ws_ptr, counter_ptr, ids_ptr, wts
                        TOP_K: tl.constexpr, TOP_K_PAD: tl.constexpr, N_GROUP: tl.constexpr,
                        TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
                        NORM: tl.constexpr, M_LOOP: tl.constexpr, INTERPRET: tl.constexpr,
-                       FMA: tl.constexpr, STEPS: tl.constexpr):
+                       FMA: tl.constexpr, STEPS: tl.constexpr, TILES: tl.constexpr):
     pid_e = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
+    if FUSED_EPI:
+        # Whichever CTA arrives last runs the epilogue: every CTA loads the bias now, beside its W, so that
+        # the epilogue's only dependent read is the logits (a DRAM round trip less on its critical path).
+        offs_b = tl.arange(0, E_PAD)
+        bias = tl.load(bias_ptr + offs_b, mask=offs_b < E, other=0.0).to(tl.float32)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_e = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
     m_ok = offs_m < M
@@ -215,13 +227,27 @@ def router_gemv_kernel(x_ptr, w_ptr, bias_ptr, ws_ptr, counter_ptr, ids_ptr, wts
     tl.atomic_add(ws_ptr + offs_m[:, None] * E + offs_e[None, :], acc,
                   mask=m_ok[:, None] & e_ok[None, :], sem="relaxed", scope="gpu")
     if FUSED_EPI:
-        n_ctas = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
-        tl.debug_barrier()
-        arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
-        if arrived == n_ctas - 1:
+        tl.debug_barrier()  # every thread's adds, then one thread's gpu-scope release (the counter add)
+        n_e = tl.num_programs(0)
+        n_k = tl.num_programs(1)
+        n_tiles = n_e * tl.num_programs(2)
+        if TILES:
+            # Two-level arrival: counter_ptr[1 + tile] counts this (E, M) tile's K splits; its last split
+            # (which acquired the others' adds) counts the tile on counter_ptr[0], releasing what it saw
+            # (release is cumulative). No address takes more than max(n_k, n_tiles) arrivals.
+            seen = tl.atomic_add(counter_ptr + 1 + pid_m * n_e + pid_e, 1, sem="acq_rel", scope="gpu")
+            tile_done = seen == n_k - 1
+            arrived = seen * 0 - 1  # an int32 like the atomic's result: not the last tile
+            if tile_done:
+                tl.atomic_xchg(counter_ptr + 1 + pid_m * n_e + pid_e, 0, sem="relaxed", scope="gpu")
+                arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+            last = arrived == n_tiles - 1
+        else:
+            last = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu") == n_k * n_tiles - 1
+        if last:
             for m0 in range(0, M_LOOP, EPI_M):  # M_LOOP: the build's M (constexpr bound)
-                _route_rows(ws_ptr, bias_ptr, ids_ptr, wts_ptr, m0, M, scaling, E, E_PAD, EPI_M,
-                            TOP_K, TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM)
+                _route_rows(ws_ptr, bias, ids_ptr, wts_ptr, m0, M, scaling, E, E_PAD, EPI_M, TOP_K,
+                            TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM)
             tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
 
 
@@ -231,9 +257,10 @@ def router_epilogue_kernel(ws_ptr, bias_ptr, ids_ptr, wts_ptr, M, scaling,
                            TOP_K: tl.constexpr, TOP_K_PAD: tl.constexpr, N_GROUP: tl.constexpr,
                            TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
                            NORM: tl.constexpr):
-    m0 = tl.program_id(0) * EPI_M
-    _route_rows(ws_ptr, bias_ptr, ids_ptr, wts_ptr, m0, M, scaling, E, E_PAD, EPI_M,
-                TOP_K, TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM)
+    offs_b = tl.arange(0, E_PAD)
+    bias = tl.load(bias_ptr + offs_b, mask=offs_b < E, other=0.0).to(tl.float32)
+    _route_rows(ws_ptr, bias, ids_ptr, wts_ptr, tl.program_id(0) * EPI_M, M, scaling, E, E_PAD, EPI_M, TOP_K,
+                TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM)
 
 
 def _np2(n):
@@ -264,7 +291,7 @@ def _consts(cfg, shape, interpret):
     if fma and (K % bk or (K // bk) % split):
         raise ValueError(f"MATH=fma needs whole, equal BLOCK_K steps per split: K={K}, BLOCK_K={bk}, SPLIT_K={split}")
     gemv = dict(K=K, E=E, K_SPLIT=k_split, BLOCK_M=int(cfg["BLOCK_M"]), BLOCK_E=int(cfg["BLOCK_E"]),
-                BLOCK_K=bk, FUSED_EPI=cfg["EPILOGUE"] == "fused",
+                BLOCK_K=bk, FUSED_EPI=cfg["EPILOGUE"] != "separate", TILES=cfg["EPILOGUE"] == "fused_tiles",
                 M_LOOP=max(1, int(shape["M"])), FMA=fma, STEPS=(K // bk) // split if fma else 0, INTERPRET=interpret,
                 **{k: v for k, v in epi.items() if k != "E"})
     grid = (triton.cdiv(E, int(cfg["BLOCK_E"])), triton.cdiv(K, k_split))
@@ -287,7 +314,9 @@ def build(config, shape):
             gemv, epi, grid = _consts(cfg, shape, interpret)
             st = state[key] = {
                 "ws": torch.zeros((max(M, 1) * E,), device=x.device, dtype=torch.float32),
-                "counter": torch.zeros((1,), device=x.device, dtype=torch.int32),
+                # [0]: CTAs (fused) or E tiles (fused_tiles) arrived; [1:]: each (E, M) tile's splits arrived
+                "counter": torch.zeros((1 + grid[0] * triton.cdiv(max(M, 1), gemv["BLOCK_M"]),), device=x.device,
+                                       dtype=torch.int32),
                 "gemv": gemv, "epi": epi, "grid": grid}
         m = x.shape[0]
         gemv, epi = st["gemv"], st["epi"]
