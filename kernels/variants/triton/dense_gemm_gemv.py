@@ -28,6 +28,13 @@ at BLOCK_N 4, BLOCK_K 512, SPLIT_K 1: all 15 vector loads come before the first 
 is the floor's own order of magnitude (q_b_proj: 4.7 MB, 1.1 us), so a runtime K loop of 2-3 steps pays it
 2-3 times. The constraints keep the bytes in flight at <= 256 per thread: a GEMV mode for M <= 8.
 
+Tried and dropped (H200 table ZF, commit 5554bf7): summing each thread's 16-byte W vector in registers every
+K step (partials [BLOCK_M, BLOCK_N, BLOCK_K / 8], 8x fewer accumulator registers, so M = 4 could keep M = 1's
+wide tiles). It lost at every config tried, beside the elementwise-partials control in the same job: M = 1
+12.47 vs 9.94 us at the same tiles, M = 4 14.44 at best vs 11.10. ptxas showed the same 16-byte cp.async, but
+the products no longer contracted into FMAs (32 fma + 88 add a step vs 64 fma) and each thread's sums became
+chains of 8 dependent adds.
+
 Under TRITON_INTERPRET=1 (CPU) the same code runs: the interpreter executes programs one after another,
 so the counter protocol reduces to "the last split of a tile sums". There is no tl.dot, so no UPCAST
 switch is needed: both paths convert the bf16 operands to fp32 explicitly.
@@ -52,10 +59,6 @@ CONFIG_SPACE = {
     "SPLIT_K": [1, 2, 3, 4, 6, 7, 8, 12, 14, 16],
     "num_warps": [1, 2, 4, 8],
     "num_stages": [0, 1, 2, 3, 4],  # 0: the K range unrolled, all loads up front (see the docstring)
-    # 8: each thread folds the 8 products of its 16-byte W vector into one fp32 partial every K step (in
-    # registers, no shuffle), so the partials are [BLOCK_M, BLOCK_N, BLOCK_K / 8]: M = 2..8 can keep
-    # M = 1's wide tiles (BLOCK_N 8, BLOCK_K 1024, one split). 1: full-width partials, as before.
-    "KV": [1, 8],
 }
 # Python expressions over config params and shape dims; a config must satisfy all of them.
 CONSTRAINTS = [
@@ -65,15 +68,15 @@ CONSTRAINTS = [
     "BLOCK_K * SPLIT_K <= K",             # every split gets at least one K step
     "BLOCK_N <= N",
     "BLOCK_N * BLOCK_K >= 256 * num_warps",  # every thread loads whole 16-byte vectors of W
-    "BLOCK_M * BLOCK_N * BLOCK_K <= 4096 * num_warps * KV",  # fp32 partial sums: <= 128 registers a thread
+    "BLOCK_M * BLOCK_N * BLOCK_K <= 4096 * num_warps",  # fp32 partial sums: <= 128 registers a thread
     # unrolled: every split the same whole number of BLOCK_K steps; <= 256 bytes of W and x in flight a thread
     # and <= 64 accumulator registers (without these, M = 16 at K = 7168 compiled to 255 registers and
     # spilled: bench/compiler_report.py --plan)
     "num_stages > 0 or (K % BLOCK_K == 0 and (K // BLOCK_K) % SPLIT_K == 0)",
     "num_stages > 0 or (K // SPLIT_K) * (BLOCK_M + BLOCK_N) <= 4096 * num_warps",
-    "num_stages > 0 or BLOCK_M * BLOCK_N * BLOCK_K <= 2048 * num_warps * KV",
+    "num_stages > 0 or BLOCK_M * BLOCK_N * BLOCK_K <= 2048 * num_warps",
 ]
-DEFAULT = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 2, "num_warps": 4, "num_stages": 3, "KV": 1}
+DEFAULT = {"BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 2, "num_warps": 4, "num_stages": 3}
 
 
 def claims(config: dict, shape: dict) -> dict:
@@ -91,25 +94,16 @@ def claims(config: dict, shape: dict) -> dict:
 
 
 @triton.jit
-def _fma(acc, x, w, KV: tl.constexpr):
-    prod = x.to(tl.float32) * w.to(tl.float32)
-    if KV == 1:
-        acc = acc + prod
-    else:
-        acc = acc + tl.sum(prod, axis=3)  # the thread's own 8-element vector: adds in registers
-    return acc
-
-
-@triton.jit
 def gemv_splitk_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, K,
                        stride_xm, stride_wn, stride_om,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, EVEN_M: tl.constexpr,
-                       NUM_STAGES: tl.constexpr, STEPS_PER_SPLIT: tl.constexpr, KV: tl.constexpr):
+                       NUM_STAGES: tl.constexpr, STEPS_PER_SPLIT: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
     m_ok = offs_m < M
     n_ok = offs_n < N
     # Clamp W rows instead of masking them: out-of-range rows read a valid row and are never stored,
@@ -120,27 +114,16 @@ def gemv_splitk_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, K,
     n_steps = tl.cdiv(K, BLOCK_K)
     step_lo = (pid_k * n_steps) // SPLIT_K
     step_hi = ((pid_k + 1) * n_steps) // SPLIT_K
+    # 3-D pointer tiles, so each load gets its own coalesced layout (8 contiguous K elements = 16 bytes per
+    # thread) and the product needs no layout shuffle: x [BLOCK_M, 1, BLOCK_K], W [1, BLOCK_N, BLOCK_K].
     k_lo = step_lo * BLOCK_K
-    # Pointer tiles with one axis per role, so each load gets its own coalesced layout (8 contiguous K
-    # elements = 16 bytes per thread) and the product needs no layout shuffle: x [BLOCK_M, 1, K...],
-    # W [1, BLOCK_N, K...]. KV == 1: K is one axis of BLOCK_K and the fp32 partials are elementwise
-    # [BLOCK_M, BLOCK_N, BLOCK_K]. KV == 8: K is [BLOCK_K / 8, 8], the last axis one thread's vector, and
-    # each step sums it away in registers, leaving [BLOCK_M, BLOCK_N, BLOCK_K / 8] partials.
-    # Either way the partials are reduced over K once after the loop: a per-step tl.sum over a thread-
-    # spanning axis would pay a cross-thread (shuffle / shared-memory) reduction on every K step (2-3x the
-    # loop's instructions at M = 1 on sm_90a). CONSTRAINTS bound them to <= 128 registers per thread.
-    if KV == 1:
-        offs_k = tl.arange(0, BLOCK_K)[None, None, :]
-        x_ptrs = x_ptr + offs_m[:, None, None] * stride_xm + k_lo + offs_k
-        w_ptrs = w_ptr + offs_n_safe[None, :, None] * stride_wn + k_lo + offs_k
-        m_okx = m_ok[:, None, None]
-        acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
-    else:
-        offs_k = (tl.arange(0, BLOCK_K // KV)[:, None] * KV + tl.arange(0, KV)[None, :])[None, None, :, :]
-        x_ptrs = x_ptr + offs_m[:, None, None, None] * stride_xm + k_lo + offs_k
-        w_ptrs = w_ptr + offs_n_safe[None, :, None, None] * stride_wn + k_lo + offs_k
-        m_okx = m_ok[:, None, None, None]
-        acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K // KV), dtype=tl.float32)
+    x_ptrs = x_ptr + offs_m[:, None, None] * stride_xm + (k_lo + offs_k)[None, None, :]
+    w_ptrs = w_ptr + offs_n_safe[None, :, None] * stride_wn + (k_lo + offs_k)[None, None, :]
+    m_ok3 = m_ok[:, None, None]
+    # Elementwise fp32 partial sums, reduced over K once after the loop: a per-step tl.sum would pay a
+    # cross-thread (shuffle / shared-memory) reduction on every K step (2-3x the loop's instructions at
+    # M = 1 on sm_90a). CONSTRAINTS bound this accumulator to <= 128 registers per thread.
+    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
     if NUM_STAGES == 0:
         # Straight-line code: the loads do not depend on each other or on the sums, so all are in
         # flight at once (EVEN_K and an even split are constraints of this mode).
@@ -149,8 +132,8 @@ def gemv_splitk_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, K,
             if EVEN_M:
                 x = tl.load(x_ptrs + s * BLOCK_K)
             else:
-                x = tl.load(x_ptrs + s * BLOCK_K, mask=m_okx, other=0.0)
-            acc = _fma(acc, x, w, KV)
+                x = tl.load(x_ptrs + s * BLOCK_K, mask=m_ok3, other=0.0)
+            acc += x.to(tl.float32) * w.to(tl.float32)
     else:
         for step in tl.range(step_lo, step_hi, num_stages=NUM_STAGES):
             if EVEN_K:
@@ -158,12 +141,12 @@ def gemv_splitk_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, K,
                 if EVEN_M:
                     x = tl.load(x_ptrs)
                 else:
-                    x = tl.load(x_ptrs, mask=m_okx, other=0.0)
+                    x = tl.load(x_ptrs, mask=m_ok3, other=0.0)
             else:
-                k_ok = (step * BLOCK_K + offs_k) < K
+                k_ok = ((step * BLOCK_K + offs_k) < K)[None, None, :]
                 w = tl.load(w_ptrs, mask=k_ok, other=0.0)
-                x = tl.load(x_ptrs, mask=m_okx & k_ok, other=0.0)
-            acc = _fma(acc, x, w, KV)
+                x = tl.load(x_ptrs, mask=m_ok3 & k_ok, other=0.0)
+            acc += x.to(tl.float32) * w.to(tl.float32)
             x_ptrs += BLOCK_K
             w_ptrs += BLOCK_K
     acc = tl.sum(acc, axis=2)
@@ -203,8 +186,7 @@ def _meta(c: dict, shape: dict) -> dict:
     return {"BLOCK_M": c["BLOCK_M"], "BLOCK_N": c["BLOCK_N"], "BLOCK_K": c["BLOCK_K"], "SPLIT_K": c["SPLIT_K"],
             "EVEN_K": int(shape["K"]) % c["BLOCK_K"] == 0, "EVEN_M": int(shape["M"]) == c["BLOCK_M"],
             "NUM_STAGES": c["num_stages"],
-            "STEPS_PER_SPLIT": (int(shape["K"]) // c["BLOCK_K"]) // c["SPLIT_K"] if c["num_stages"] == 0 else 0,
-            "KV": c["KV"]}
+            "STEPS_PER_SPLIT": (int(shape["K"]) // c["BLOCK_K"]) // c["SPLIT_K"] if c["num_stages"] == 0 else 0}
 
 
 def compile_ptx(config: dict, shape: dict, arch: str) -> str:
