@@ -71,17 +71,17 @@ def router_ref(x, w, bias, top_k, n_group, topk_group, scaling, norm, scoring):
     return scores, masked
 
 
-def check_router(epilogue, scoring, n_group, math="dot"):
+def check_router(epilogue, scoring, n_group, math="dot", topk="pick"):
     mod = load("router_fused")
     E, K, top_k, tg, scaling = 16, 256, 4, 2, 2.5
-    ms, config = (1, 3, 8), dict(SPLIT_K=2, BLOCK_K=64, BLOCK_E=16, EPILOGUE=epilogue, EPI_M=2)
+    ms, config = (1, 3, 8), dict(SPLIT_K=2, BLOCK_K=64, BLOCK_E=16, EPILOGUE=epilogue, EPI_M=2, TOPK=topk)
     if epilogue == "fused_tiles" and math == "dot":
         # two-level arrival over several tiles: 3 E tiles (the last one ragged) x 2 M tiles at M = 20
         E, ms = 40, (1, 3, 20)
     if math == "fma":
         # CUDA-core form: 2 unrolled steps per split; E = 20 over 8-expert tiles, the last one clamped
         E, ms, config = 20, (1, 2, 3, 4), dict(MATH="fma", SPLIT_K=2, BLOCK_K=64, BLOCK_E=8, EPILOGUE=epilogue,
-                                                 EPI_M=1, num_warps=2, num_stages=2)
+                                                 EPI_M=1, num_warps=2, num_stages=2, TOPK=topk)
     for M in ms:
         shape = dict(E=E, K=K, top_k=top_k, n_group=n_group, topk_group=tg if n_group > 1 else 1,
                      scaling=scaling, norm=True, scoring=scoring, M=M, slot="router", name="t", dtype="bfloat16")
@@ -110,7 +110,7 @@ def check_router(epilogue, scoring, n_group, math="dot"):
             prev = outputs["topk_weights"].clone()
 
 
-def check_router_ties(epilogue):
+def check_router_ties(epilogue, topk="pick"):
     """Top-k picks by packed int64 keys: equal choice values go to the lowest expert (as argmax did), and
     all-negative choice values (bias -1: sigmoid - 1 < 0) order correctly through the sign-flipped bits."""
     mod = load("router_fused")
@@ -120,7 +120,7 @@ def check_router_ties(epilogue):
     w = bf((E, K), g, 0.1 * K ** -0.5)
     w[[3, 9, 12]] = (x[0].float() * (0.2 / x[0].float().norm())).bfloat16()  # three equal, largest logits
     bias = torch.full((E,), -1.0)
-    config = dict(SPLIT_K=1, BLOCK_K=64, BLOCK_E=16, EPILOGUE=epilogue, EPI_M=1, EPI_WARPS=1)
+    config = dict(SPLIT_K=1, BLOCK_K=64, BLOCK_E=16, EPILOGUE=epilogue, EPI_M=1, EPI_WARPS=1, TOPK=topk)
     shape = dict(E=E, K=K, top_k=top_k, n_group=1, topk_group=1, scaling=scaling, norm=True, scoring="sigmoid",
                  M=1, slot="router", name="t", dtype="bfloat16")
     fn = mod.build(config, shape)
@@ -256,6 +256,12 @@ CASES = {
     "router-fma-separate-softmax-nogroup": (check_router, ("separate", "softmax", 1, "fma")),
     "router-ties-negative-fused": (check_router_ties, ("fused",)),
     "router-ties-negative-fused_tiles": (check_router_ties, ("fused_tiles",)),
+    # the bitonic top-k (tl.topk over the packed keys, then each pick's score by a one-hot sum)
+    "router-bitonic-separate-softmax-grouped": (check_router, ("separate", "softmax", 4, "dot", "bitonic")),
+    "router-bitonic-fused-sigmoid-nogroup": (check_router, ("fused", "sigmoid", 1, "dot", "bitonic")),
+    "router-bitonic-fma-fused_tiles-grouped": (check_router, ("fused_tiles", "sigmoid", 4, "fma", "bitonic")),
+    "router-ties-negative-bitonic-separate": (check_router_ties, ("separate", "bitonic")),
+    "router-ties-negative-bitonic-fused": (check_router_ties, ("fused", "bitonic")),
     "router-ties-negative-separate-1warp": (check_router_ties, ("separate",)),
     "add_rmsnorm-one-pass": (check_add_rmsnorm, (256,)),
     "add_rmsnorm-chunked": (check_add_rmsnorm, (64,)),
@@ -316,7 +322,8 @@ def test_compile_ptx_sm90a(name):
 @needs_compiler
 @pytest.mark.parametrize("m,config", [
     (1, dict(MATH="fma", BLOCK_M=1, BLOCK_E=8, BLOCK_K=512, SPLIT_K=14, num_warps=4, num_stages=2, EPI_M=1)),
-    (4, dict(MATH="fma", BLOCK_M=4, BLOCK_E=8, BLOCK_K=256, SPLIT_K=28, num_warps=4, num_stages=2, EPI_M=4)),
+    (4, dict(MATH="fma", BLOCK_M=4, BLOCK_E=8, BLOCK_K=256, SPLIT_K=28, num_warps=4, num_stages=2, EPI_M=1,
+             TOPK="bitonic")),
     (1, dict(MATH="fma", BLOCK_M=1, BLOCK_E=8, BLOCK_K=512, SPLIT_K=14, num_warps=4, num_stages=2, EPI_M=1,
              EPILOGUE="fused_tiles")),
 ])

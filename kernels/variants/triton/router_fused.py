@@ -16,6 +16,10 @@ runs the epilogue (better for M >= 2, where one CTA doing every row's top-k is t
 The top-k makes one reduction per pick (a packed int64 key with its score). Measured on the H200 (tables ZC,
 ZD): that and reading the logits with plain L2 loads instead of an acq_rel atomic_xchg per element took the
 router from 9.93 / 12.41 / 12.49 / 11.91 / 14.27 us to 8.15 / 9.12 / 9.54 / 9.43 / 11.54 at M = 1 / 2 / 4 / 16 / 64.
+TOPK="bitonic" makes all picks at once: tl.topk's bitonic merge network over the same keys (rounds of
+independent compare-and-swaps, where the picks are TOP_K dependent reductions), then each pick's score by a
+one-hot sum. Why: the H200 block profile of table ZF has the separate epilogue at 3.4-3.5 us of the router's
+7.5 at M = 2 and 4 (its GEMV 4.1 us, 79% of the fastest plain read of those bytes).
 MATH="fma" (M <= 4) computes the logits on the CUDA cores instead of with tl.dot, in dense_gemm_gemv.py's
 one-round-trip shape: a program's K range is a whole number of BLOCK_K steps known at compile time and
 unrolled, so all its W loads are in flight at once, and BLOCK_M is M's next power of two, not a 16-row
@@ -26,7 +30,9 @@ tensor-core form: 15.4 us at M=2 and 24.6 at M=4 against 12.5 for tl.dot (96 CTA
 fma config reached the top 3 at M=1 (9.93 us, dot). Likely cause: its 336-2688 small CTAs each make
 BLOCK_M x BLOCK_E relaxed fp32 adds into the logits and one acq_rel add on the single arrival counter,
 which serialise at L2, where the dot form makes 96. Kept as a searchable point of the space: the service's
-table decides; EPILOGUE="fused_tiles" is the per-tile counter (two-level arrival) that hypothesis asks for.
+table decides. EPILOGUE="fused_tiles" tested that hypothesis (table ZF, M = 1): the fma form went from 10.82 us
+(single counter, table X-ZE) to 8.78, still behind the tensor-core "fused" form's 8.40 in the same job, which
+the two-level arrival slows (9.08: its 84 CTAs pay a second dependent atomic and gain nothing).
 The workspace (zeroed once at first call) is self-cleaning: every element that a call adds to is
 set back to 0 by that call's epilogue. CUDA-graph capturable: no host sync, no allocation
 after the first call.
@@ -50,10 +56,14 @@ CONFIG_SPACE = {
     # arrival (the last split of each E tile, then the last tile: no single counter that every CTA hits);
     # separate: a second launch
     "EPILOGUE": ["fused", "fused_tiles", "separate"],
-    "EPI_M": [1, 4],  # 1 won every bucket of every H200 table (2 and 8 dropped for EPI_WARPS, under the cap)
+    # 1 won every bucket of every H200 table (2 and 8 went for EPI_WARPS, 4 for TOPK, under the cap); build()
+    # still takes the others (older configs)
+    "EPI_M": [1],
     # warps of the separate epilogue launch: 1 keeps each top-k pick's reduction inside one warp (shuffles,
     # no CTA barrier); 4 is what the launch had before this parameter (the GEMV's num_warps, 4 in every win)
     "EPI_WARPS": [1, 4],
+    # pick: TOP_K reductions over E, one after another; bitonic: tl.topk's merge network, all picks at once
+    "TOPK": ["pick", "bitonic"],
     "num_warps": [1, 2, 4, 8],
     "num_stages": [2, 3, 4],
 }
@@ -62,6 +72,7 @@ CONSTRAINTS = [
     "BLOCK_K * SPLIT_K <= K",
     "EPI_M <= max(1, M)",
     "EPILOGUE == 'separate' or EPI_WARPS == 1",  # the fused epilogue runs in the GEMV's CTA: one point
+    "TOPK == 'pick' or top_k > 1",  # tl.topk's merge network needs k >= 2
     "BLOCK_E * BLOCK_K <= 16384",
     "MATH == 'fma' or (BLOCK_M >= 16 and BLOCK_E >= 16)",  # tl.dot's tiles
     "MATH == 'dot' or (M <= 4 and BLOCK_M >= M and BLOCK_M < 2 * M)",  # one BLOCK_M per M
@@ -74,7 +85,7 @@ CONSTRAINTS = [
     "MATH == 'dot' or num_stages == 2",  # unrolled: no pipeline; one value, so a search never re-measures it
 ]
 DEFAULT_CONFIG = {"MATH": "dot", "BLOCK_E": 16, "BLOCK_K": 128, "SPLIT_K": 8, "BLOCK_M": 16, "EPILOGUE": "fused",
-                  "EPI_M": 4, "EPI_WARPS": 1, "num_warps": 4, "num_stages": 3}
+                  "EPI_M": 1, "EPI_WARPS": 1, "TOPK": "pick", "num_warps": 4, "num_stages": 3}
 # relaxed partial-sum adds: LLVM emits them as atom.* or red.* (result unused), so claim the common part
 def claims(config: dict, shape: dict) -> dict:
     """The arrival counter's acq_rel add exists only in the fused (one-launch) epilogue: the separate
@@ -104,7 +115,7 @@ def _route_rows(ws_ptr, bias, ids_ptr, wts_ptr, m0, M, scaling,
                 E: tl.constexpr, E_PAD: tl.constexpr, EPI_M: tl.constexpr,
                 TOP_K: tl.constexpr, TOP_K_PAD: tl.constexpr, N_GROUP: tl.constexpr,
                 TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
-                NORM: tl.constexpr):
+                NORM: tl.constexpr, BITONIC: tl.constexpr):
     offs_m = m0 + tl.arange(0, EPI_M)
     offs_e = tl.arange(0, E_PAD)
     row_ok = offs_m < M
@@ -150,8 +161,6 @@ def _route_rows(ws_ptr, bias, ids_ptr, wts_ptr, m0, M, scaling,
             gsc = tl.where(gcol[None, :] == gi[:, None], float("-inf"), gsc)
         masked = tl.where(keep, choice, float("-inf"))
     kcol = tl.arange(0, TOP_K_PAD)
-    ids_t = tl.zeros([EPI_M, TOP_K_PAD], dtype=tl.int32)
-    w_t = tl.zeros([EPI_M, TOP_K_PAD], dtype=tl.float32)
     # One reduction per pick (it was two: an argmax, then a sum to fetch the pick's score, each a round of
     # shuffles and a CTA barrier): a unique int64 key per expert -- the choice value's bits made order-
     # preserving as an integer, then E_PAD-1-e so that equal values pick the lowest expert, as argmax does --
@@ -159,12 +168,23 @@ def _route_rows(ws_ptr, bias, ids_ptr, wts_ptr, m0, M, scaling,
     bits = masked.to(tl.int32, bitcast=True)
     ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
     key = (ordered.to(tl.int64) << 32) | (E_PAD - 1 - offs_e).to(tl.int64)[None, :]
-    for i in tl.static_range(TOP_K):
-        best, sc = tl.reduce((key, scores), 1, _keep_larger)
-        idx = (E_PAD - 1) - (best & 0xFFFFFFFF).to(tl.int32)
-        ids_t = tl.where(kcol[None, :] == i, idx[:, None], ids_t)
-        w_t = tl.where(kcol[None, :] == i, sc[:, None], w_t)
-        key = tl.where(key == best[:, None], -9223372036854775808, key)
+    if BITONIC:
+        # All TOP_K_PAD picks at once: Triton's bitonic top-k over the keys (sorted, largest first; log2 E_PAD
+        # merge rounds of independent compare-and-swaps, where the picks are TOP_K dependent reductions),
+        # then each pick's score from its expert's column (a masked sum with one non-zero term: exact).
+        top = tl.topk(key, TOP_K_PAD, dim=1)
+        ids_t = (E_PAD - 1) - (top & 0xFFFFFFFF).to(tl.int32)
+        hit = offs_e[None, None, :] == ids_t[:, :, None]
+        w_t = tl.sum(tl.where(hit & (kcol < TOP_K)[None, :, None], scores[:, None, :], 0.0), axis=2)
+    else:
+        ids_t = tl.zeros([EPI_M, TOP_K_PAD], dtype=tl.int32)
+        w_t = tl.zeros([EPI_M, TOP_K_PAD], dtype=tl.float32)
+        for i in tl.static_range(TOP_K):
+            best, sc = tl.reduce((key, scores), 1, _keep_larger)
+            idx = (E_PAD - 1) - (best & 0xFFFFFFFF).to(tl.int32)
+            ids_t = tl.where(kcol[None, :] == i, idx[:, None], ids_t)
+            w_t = tl.where(kcol[None, :] == i, sc[:, None], w_t)
+            key = tl.where(key == best[:, None], -9223372036854775808, key)
     if NORM:
         s = tl.sum(w_t, axis=1)
         s = tl.where(s > 0, s, 1.0)
@@ -185,7 +205,7 @@ def router_gemv_kernel(x_ptr, w_ptr, bias_ptr, ws_ptr, counter_ptr, ids_ptr, wts
                        TOP_K: tl.constexpr, TOP_K_PAD: tl.constexpr, N_GROUP: tl.constexpr,
                        TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
                        NORM: tl.constexpr, M_LOOP: tl.constexpr, INTERPRET: tl.constexpr,
-                       FMA: tl.constexpr, STEPS: tl.constexpr, TILES: tl.constexpr):
+                       FMA: tl.constexpr, STEPS: tl.constexpr, TILES: tl.constexpr, BITONIC: tl.constexpr):
     pid_e = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -247,7 +267,7 @@ def router_gemv_kernel(x_ptr, w_ptr, bias_ptr, ws_ptr, counter_ptr, ids_ptr, wts
         if last:
             for m0 in range(0, M_LOOP, EPI_M):  # M_LOOP: the build's M (constexpr bound)
                 _route_rows(ws_ptr, bias, ids_ptr, wts_ptr, m0, M, scaling, E, E_PAD, EPI_M, TOP_K,
-                            TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM)
+                            TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM, BITONIC)
             tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
 
 
@@ -256,11 +276,11 @@ def router_epilogue_kernel(ws_ptr, bias_ptr, ids_ptr, wts_ptr, M, scaling,
                            E: tl.constexpr, E_PAD: tl.constexpr, EPI_M: tl.constexpr,
                            TOP_K: tl.constexpr, TOP_K_PAD: tl.constexpr, N_GROUP: tl.constexpr,
                            TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
-                           NORM: tl.constexpr):
+                           NORM: tl.constexpr, BITONIC: tl.constexpr):
     offs_b = tl.arange(0, E_PAD)
     bias = tl.load(bias_ptr + offs_b, mask=offs_b < E, other=0.0).to(tl.float32)
     _route_rows(ws_ptr, bias, ids_ptr, wts_ptr, tl.program_id(0) * EPI_M, M, scaling, E, E_PAD, EPI_M, TOP_K,
-                TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM)
+                TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM, BITONIC)
 
 
 def _np2(n):
@@ -272,6 +292,8 @@ def _full_config(config):
     cfg.update(config or {})
     if "EPI_WARPS" not in (config or {}):  # a config from before EPI_WARPS: its epilogue had the GEMV's warps
         cfg["EPI_WARPS"] = cfg["num_warps"]
+    if "EPI_M" not in (config or {}):  # DEFAULT_CONFIG's EPI_M was 4 until the space kept only 1
+        cfg["EPI_M"] = 4
     return cfg
 
 
@@ -286,7 +308,8 @@ def _consts(cfg, shape, interpret):
     k_split = triton.cdiv(triton.cdiv(K, split), bk) * bk
     epi = dict(E=E, E_PAD=_np2(E), EPI_M=int(cfg["EPI_M"]), TOP_K=top_k, TOP_K_PAD=_np2(top_k),
                N_GROUP=n_group, TOPK_GROUP=topk_group, NG_PAD=_np2(max(n_group, 2)),
-               SOFTMAX=shape.get("scoring", "sigmoid") == "softmax", NORM=bool(shape.get("norm", True)))
+               SOFTMAX=shape.get("scoring", "sigmoid") == "softmax", NORM=bool(shape.get("norm", True)),
+               BITONIC=cfg["TOPK"] == "bitonic")
     fma = cfg["MATH"] == "fma"
     if fma and (K % bk or (K // bk) % split):
         raise ValueError(f"MATH=fma needs whole, equal BLOCK_K steps per split: K={K}, BLOCK_K={bk}, SPLIT_K={split}")
