@@ -17,6 +17,6 @@ run timeout "$S" python3 bench/service_tuning.py --plan "$PLAN" --hardware h200 
     --data-dir "/tmp/kt-service-$WHAT" --out "$OUT"
 rm -f "$OUT"/*.md
 W=$(ls -t "$OUT"/*-"$WHAT".json | head -n1)
-run timeout 100 python3 bench/moe_block.py --batches "${KT_MOE_BATCHES:-1,4,16,64}" --winners "$W" --out "$OUT"
+run timeout "${KT_MOE_TIMEOUT_S:-100}" python3 bench/moe_block.py --batches "${KT_MOE_BATCHES:-1,4,16,64}" --winners "$W" --out "$OUT"
 KT_SELFTEST_S=${KT_SELFTEST_S:-100} selftest_exported
 grep -E "^== |search |job |geomean|export|M= *[0-9]|rror" "$L" | tail -40

@@ -348,6 +348,33 @@ def test_compile_ptx_k2_router_fma(m, config):
 
 
 @needs_compiler
+@pytest.mark.parametrize("m,config", [
+    (1, dict(BLOCK_E=64, BLOCK_K=256, SPLIT_K=16, EPILOGUE="fused", num_warps=4, num_stages=4)),
+    (16, dict(BLOCK_E=64, BLOCK_K=128, SPLIT_K=16, EPILOGUE="separate", EPI_WARPS=4, num_stages=3)),
+    (64, dict(BLOCK_E=64, BLOCK_K=128, SPLIT_K=16, EPILOGUE="separate", EPI_WARPS=8, num_stages=3)),
+])
+def test_compile_ptx_k2_router_bitonic(m, config):
+    """The bitonic top-k at K2's 384 experts: in the space at its M, claims hold, no spills, and the
+    epilogue holds no pick-by-pick chain of TOP_K reductions carrying a score (fewer shuffles than it)."""
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    from kernels.backends.triton_backend import claims_for
+    from support.spaces import submitted_space
+
+    mod = load("router_fused")
+    shape = dict(K2["router_fused"], M=m)
+    config = dict(config, MATH="dot", BLOCK_M=16, EPI_M=1, TOPK="bitonic")
+    space = submitted_space(ROOT / "kernels/variants/triton/router_fused.py")
+    assert space.is_valid({**mod.DEFAULT_CONFIG, **config}, shape)
+    ptx = mod.compile_ptx(config, shape, "sm_90a")
+    assert ".local" not in ptx
+    for needle in claims_for(mod, config, shape):
+        assert needle in ptx, needle
+    pick = mod.compile_ptx(dict(config, TOPK="pick"), shape, "sm_90a")
+    epi, epi_pick = ptx.split(".entry")[-1], pick.split(".entry")[-1]
+    assert epi.count("shfl.sync") < epi_pick.count("shfl.sync")
+
+
+@needs_compiler
 def test_compile_ptx_k2_moe_pdl_prefetches_w2_before_the_wait():
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     from kernels.backends.triton_backend import claims_for
