@@ -19,7 +19,10 @@ router from 9.93 / 12.41 / 12.49 / 11.91 / 14.27 us to 8.15 / 9.12 / 9.54 / 9.43
 TOPK="bitonic" makes all picks at once: tl.topk's bitonic merge network over the same keys (rounds of
 independent compare-and-swaps, where the picks are TOP_K dependent reductions), then each pick's score by a
 one-hot sum. Why: the H200 block profile of table ZF has the separate epilogue at 3.4-3.5 us of the router's
-7.5 at M = 2 and 4 (its GEMV 4.1 us, 79% of the fastest plain read of those bytes).
+7.5 at M = 2 and 4 (its GEMV 4.1 us, 79% of the fastest plain read of those bytes). Measured beside the
+pick-by-pick configs in one job (table ZG): M = 1 fused 7.35 vs 8.56 us, M = 16 separate 8.47 vs 10.20, M = 64
+9.92 vs 11.81; it wins with 4 epilogue warps and loses with 1 (16 keys a thread, 138 registers); 8 gain
+nothing over 4 (table ZH). The ZH block profile has the epilogue at 2.5-2.7 us.
 MATH="fma" (M <= 4) computes the logits on the CUDA cores instead of with tl.dot, in dense_gemm_gemv.py's
 one-round-trip shape: a program's K range is a whole number of BLOCK_K steps known at compile time and
 unrolled, so all its W loads are in flight at once, and BLOCK_M is M's next power of two, not a 16-row
