@@ -90,7 +90,7 @@ def test_a_winner_from_another_triton_file_of_the_slot_is_named_in_its_config() 
     spec = importlib.util.spec_from_file_location("kt_moe_block", REPO / "bench" / "moe_block.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    configs = mod.configs_from_tuning(REPO / "bench" / "results" / "2026-12-04-h200-decode-tuning-ze.json")
+    configs = mod.configs_from_tuning(REPO / "bench" / "results" / "2026-12-04-h200-decode-tuning-zh.json")
     shared = configs["shared_expert"]
     assert shared["1"][mod.FILE_KEY] == shared["2"][mod.FILE_KEY] == "shared_expert_gemv"
     assert shared["1"]["PDL"] == 1
@@ -100,4 +100,6 @@ def test_a_winner_from_another_triton_file_of_the_slot_is_named_in_its_config() 
     assert routed["1"]["SPLIT_K"] == 1 and routed["1"]["PDL"] == 1  # session ZE's one-split w13
     assert all(mod.FILE_KEY not in routed[m] for m in ("16", "64"))
     assert all(mod.FILE_KEY not in c for slot in ("router", "add_rmsnorm") for c in configs[slot].values())
-    assert configs["router"]["1"]["EPILOGUE"] == "fused" and configs["router"]["2"]["EPI_WARPS"] == 1
+    router = configs["router"]
+    assert {c["TOPK"] for c in router.values()} == {"bitonic"}  # sessions ZG-ZH: the bitonic top-k everywhere
+    assert router["1"]["EPILOGUE"] == "separate" and router["1"]["EPI_WARPS"] == 4
