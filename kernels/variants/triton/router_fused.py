@@ -201,6 +201,13 @@ def _route_rows(ws_ptr, bias, ids_ptr, wts_ptr, m0, M, scaling,
 
 
 @triton.jit
+def _load_bias(bias_ptr, E: tl.constexpr, E_PAD: tl.constexpr):
+    """The correction bias as fp32 [E_PAD] (0 past E), for _route_rows."""
+    offs = tl.arange(0, E_PAD)
+    return tl.load(bias_ptr + offs, mask=offs < E, other=0.0).to(tl.float32)
+
+
+@triton.jit
 def router_gemv_kernel(x_ptr, w_ptr, bias_ptr, ws_ptr, counter_ptr, ids_ptr, wts_ptr,
                        M, stride_xm, scaling,
                        K: tl.constexpr, E: tl.constexpr, K_SPLIT: tl.constexpr,
@@ -216,8 +223,7 @@ def router_gemv_kernel(x_ptr, w_ptr, bias_ptr, ws_ptr, counter_ptr, ids_ptr, wts
     if FUSED_EPI:
         # Whichever CTA arrives last runs the epilogue: every CTA loads the bias now, beside its W, so that
         # the epilogue's only dependent read is the logits (a DRAM round trip less on its critical path).
-        offs_b = tl.arange(0, E_PAD)
-        bias = tl.load(bias_ptr + offs_b, mask=offs_b < E, other=0.0).to(tl.float32)
+        bias = _load_bias(bias_ptr, E, E_PAD)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_e = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
     m_ok = offs_m < M
@@ -281,8 +287,7 @@ def router_epilogue_kernel(ws_ptr, bias_ptr, ids_ptr, wts_ptr, M, scaling,
                            TOP_K: tl.constexpr, TOP_K_PAD: tl.constexpr, N_GROUP: tl.constexpr,
                            TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
                            NORM: tl.constexpr, BITONIC: tl.constexpr):
-    offs_b = tl.arange(0, E_PAD)
-    bias = tl.load(bias_ptr + offs_b, mask=offs_b < E, other=0.0).to(tl.float32)
+    bias = _load_bias(bias_ptr, E, E_PAD)
     _route_rows(ws_ptr, bias, ids_ptr, wts_ptr, tl.program_id(0) * EPI_M, M, scaling, E, E_PAD, EPI_M, TOP_K,
                 TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM, BITONIC)
 
