@@ -18,6 +18,9 @@ DEVICE = os.environ.get("KT_TEST_DEVICE", "cpu")
 SMALL = Shape("dense_gemm", "t", {"N": 256, "K": 512})
 # Few rounds: these tests are about verdicts; the numbers are exercised by the honest-variant test.
 QUICK_BENCH = BenchSettings(min_rounds=6, max_rounds=40, min_time_s=0.0)
+# Triton's interpreter runs one program at a time (a call of a small GEMV grid takes a second or two): the
+# fewest rounds and sets the protocol allows, for the tests that prove a variant passes the real pipeline.
+INTERPRETED_BENCH = BenchSettings(warmup=0, min_rounds=3, max_rounds=3, min_time_s=0.0, input_sets=2)
 
 
 def run_source(source: str, data_dir: Path, *, language: str = "torch", m: int = 4, timeout_s: float = 60,

@@ -169,18 +169,24 @@ def test_compile_ptx_sm90a_holds_the_claims(cfg_name):
 
 # --- through the real pipeline (sandboxed child, interpreter on the CPU) --------------------------------
 
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """One data dir for the module's runs: the CPU bandwidth (seconds to measure) is measured once."""
+    return tmp_path_factory.mktemp("kt-data")
+
+
 @pytest.mark.parametrize("m,config", [
     (1, dict(BLOCK_M=1, BLOCK_N=8, BLOCK_K=128, SPLIT_K=2, num_warps=4, BLOCK_N2=16, BLOCK_K2=64, num_warps2=2)),
     (3, dict(BLOCK_M=4, BLOCK_N=4, BLOCK_K=256, SPLIT_K=1, num_warps=4, BLOCK_N2=32, BLOCK_K2=64, num_warps2=4)),
 ])
-def test_pipeline_evaluate_passes(tmp_path, m, config):
-    from evaluation_helpers import run_source
+def test_pipeline_evaluate_passes(data_dir, m, config):
+    from evaluation_helpers import INTERPRETED_BENCH, run_source
     from kernels.slots.base import Shape
-    from workers.protocol import BenchSettings, Verdict
+    from workers.protocol import Verdict
 
-    result = run_source(VARIANT.read_text(), tmp_path, language="triton", m=m, config=config, device="cpu",
+    result = run_source(VARIANT.read_text(), data_dir, language="triton", m=m, config=config, device="cpu",
                         shape=Shape("shared_expert", "t", {"K": 512, "I": 64}), seed=5, timeout_s=300,
-                        bench=BenchSettings(min_rounds=3, max_rounds=6, min_time_s=0.0, input_sets=4))
+                        bench=INTERPRETED_BENCH)
     assert result.verdict == Verdict.passed, (result.reason_code, result.reason, result.compile and result.compile.log)
     assert result.check.passed and result.bench.median_us > 0
     assert not result.uses_library
