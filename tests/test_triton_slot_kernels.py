@@ -71,10 +71,10 @@ def router_ref(x, w, bias, top_k, n_group, topk_group, scaling, norm, scoring):
     return scores, masked
 
 
-def check_router(epilogue, scoring, n_group, math="dot", topk="pick"):
+def check_router(epilogue, scoring, n_group, math="dot", topk="pick", pdl=0):
     mod = load("router_fused")
     E, K, top_k, tg, scaling = 16, 256, 4, 2, 2.5
-    ms, config = (1, 3, 8), dict(SPLIT_K=2, BLOCK_K=64, BLOCK_E=16, EPILOGUE=epilogue, EPI_M=2, TOPK=topk)
+    ms, config = (1, 3, 8), dict(SPLIT_K=2, BLOCK_K=64, BLOCK_E=16, EPILOGUE=epilogue, EPI_M=2, TOPK=topk, PDL=pdl)
     if epilogue == "fused_tiles" and math == "dot":
         # two-level arrival over several tiles: 3 E tiles (the last one ragged) x 2 M tiles at M = 20
         E, ms = 40, (1, 3, 20)
@@ -263,6 +263,8 @@ CASES = {
     "router-ties-negative-bitonic-separate": (check_router_ties, ("separate", "bitonic")),
     "router-ties-negative-bitonic-fused": (check_router_ties, ("fused", "bitonic")),
     "router-ties-negative-separate-1warp": (check_router_ties, ("separate",)),
+    # PDL asked for: the interpreter (no griddepcontrol) runs the plain launch pair, same results
+    "router-bitonic-separate-pdl": (check_router, ("separate", "sigmoid", 4, "dot", "bitonic", 1)),
     "add_rmsnorm-one-pass": (check_add_rmsnorm, (256,)),
     "add_rmsnorm-chunked": (check_add_rmsnorm, (64,)),
     "oproj_residual_norm": (check_oproj_residual_norm, ()),
@@ -321,10 +323,10 @@ def test_compile_ptx_sm90a(name):
 
 @needs_compiler
 @pytest.mark.parametrize("m,config", [
-    (1, dict(MATH="fma", BLOCK_M=1, BLOCK_E=8, BLOCK_K=512, SPLIT_K=14, num_warps=4, num_stages=2, EPI_M=1)),
-    (4, dict(MATH="fma", BLOCK_M=4, BLOCK_E=8, BLOCK_K=256, SPLIT_K=28, num_warps=4, num_stages=2, EPI_M=1,
+    (1, dict(MATH="fma", BLOCK_M=1, BLOCK_E=16, BLOCK_K=512, SPLIT_K=14, num_warps=4, num_stages=2, EPI_M=1)),
+    (4, dict(MATH="fma", BLOCK_M=4, BLOCK_E=16, BLOCK_K=128, SPLIT_K=28, num_warps=4, num_stages=2, EPI_M=1,
              TOPK="bitonic")),
-    (1, dict(MATH="fma", BLOCK_M=1, BLOCK_E=8, BLOCK_K=512, SPLIT_K=14, num_warps=4, num_stages=2, EPI_M=1,
+    (1, dict(MATH="fma", BLOCK_M=1, BLOCK_E=16, BLOCK_K=512, SPLIT_K=14, num_warps=4, num_stages=2, EPI_M=1,
              EPILOGUE="fused_tiles")),
 ])
 def test_compile_ptx_k2_router_fma(m, config):
@@ -351,7 +353,7 @@ def test_compile_ptx_k2_router_fma(m, config):
 @pytest.mark.parametrize("m,config", [
     (1, dict(BLOCK_E=64, BLOCK_K=256, SPLIT_K=16, EPILOGUE="fused", num_warps=4, num_stages=4)),
     (16, dict(BLOCK_E=64, BLOCK_K=128, SPLIT_K=16, EPILOGUE="separate", EPI_WARPS=4, num_stages=3)),
-    (64, dict(BLOCK_E=64, BLOCK_K=128, SPLIT_K=16, EPILOGUE="separate", EPI_WARPS=8, num_stages=3)),
+    (64, dict(BLOCK_E=64, BLOCK_K=128, SPLIT_K=16, EPILOGUE="separate", EPI_WARPS=4, num_stages=3)),
 ])
 def test_compile_ptx_k2_router_bitonic(m, config):
     """The bitonic top-k at K2's 384 experts: in the space at its M, claims hold, no spills, and the
@@ -372,6 +374,42 @@ def test_compile_ptx_k2_router_bitonic(m, config):
     pick = mod.compile_ptx(dict(config, TOPK="pick"), shape, "sm_90a")
     epi, epi_pick = ptx.split(".entry")[-1], pick.split(".entry")[-1]
     assert epi.count("shfl.sync") < epi_pick.count("shfl.sync")
+
+
+@needs_compiler
+@pytest.mark.parametrize("m,config", [
+    # table ZH's winners at M = 1 and M = 2-64, with the epilogue as a dependent launch
+    (1, dict(BLOCK_K=256, num_warps=2, num_stages=3)),
+    (16, dict(BLOCK_K=128, num_warps=4, num_stages=3)),
+])
+def test_compile_ptx_k2_router_pdl_loads_the_bias_before_the_wait(m, config):
+    """PDL: the GEMV releases its dependent launch before its first load; the epilogue loads the bias before
+    griddepcontrol.wait and only the logits after it; the fused forms cannot ask for it."""
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    from kernels.backends.triton_backend import claims_for
+    from support.spaces import submitted_space
+
+    mod = load("router_fused")
+    shape = dict(K2["router_fused"], M=m)
+    config = dict(config, MATH="dot", BLOCK_E=64, SPLIT_K=16, BLOCK_M=16, EPILOGUE="separate", EPI_M=1,
+                  EPI_WARPS=4, TOPK="bitonic", PDL=1)
+    space = submitted_space(ROOT / "kernels/variants/triton/router_fused.py")
+    assert space.is_valid({**mod.DEFAULT_CONFIG, **config}, shape)
+    assert not space.is_valid({**mod.DEFAULT_CONFIG, **config, "EPILOGUE": "fused", "EPI_WARPS": 1}, shape)
+    ptx = mod.compile_ptx(config, shape, "sm_90a")
+    assert ".local" not in ptx
+    for needle in claims_for(mod, config, shape):
+        assert needle in ptx, needle
+    gemv, epi = ptx.split(".entry")[1:]
+    first_load = min(gemv.find(op) for op in ("ld.global", "cp.async") if op in gemv)
+    assert gemv.index("griddepcontrol.launch_dependents") < first_load
+    assert "griddepcontrol.wait" not in gemv and "griddepcontrol" not in epi.split("griddepcontrol.wait")[1]
+    before, after = epi.split("griddepcontrol.wait")
+    assert before.count("ld.global") >= 1 and "atom" not in before  # the bias; nothing of the logits yet
+    assert "ld.global.cg" in after  # the logits, read at L2 after the GEMV's end
+    plain = mod.compile_ptx(dict(config, PDL=0), shape, "sm_90a")
+    assert "griddepcontrol" not in plain
+    assert "griddepcontrol" not in mod.compile_ptx(dict(config, PDL=1), shape, "sm_80")
 
 
 @needs_compiler

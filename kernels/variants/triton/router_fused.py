@@ -23,6 +23,14 @@ one-hot sum. Why: the H200 block profile of table ZF has the separate epilogue a
 pick-by-pick configs in one job (table ZG): M = 1 fused 7.35 vs 8.56 us, M = 16 separate 8.47 vs 10.20, M = 64
 9.92 vs 11.81; it wins with 4 epilogue warps and loses with 1 (16 keys a thread, 138 registers); 8 gain
 nothing over 4 (table ZH). The ZH block profile has the epilogue at 2.5-2.7 us.
+PDL=1 (sm_90+, GPU only; separate form) launches the epilogue as a programmatic dependent launch: the GEMV
+signals griddepcontrol.launch_dependents as it starts, so the epilogue's CTAs are resident while the GEMV
+runs; each loads its bias, then griddepcontrol.wait returns once the GEMV grid has completed and its logits
+are visible. Why: at M = 1 the separate form is 7.34 us (table ZH), GEMV ~4 us and epilogue ~2.6 us, and
+the epilogue's launch (an empty kernel is 0.62 us in the harness, bench/results/2026-12-03-h200-latency-
+floor.md) and its bias load (a DRAM round trip) sit on the critical path between them. The GEMV is launched
+plainly, so a call never overlaps the previous call's epilogue (which re-zeroes the workspace). Not yet
+measured on the H200 (plan bench/plans/h200_router_pdl_zi.json).
 MATH="fma" (M <= 4) computes the logits on the CUDA cores instead of with tl.dot, in dense_gemm_gemv.py's
 one-round-trip shape: a program's K range is a whole number of BLOCK_K steps known at compile time and
 unrolled, so all its W loads are in flight at once, and BLOCK_M is M's next power of two, not a 16-row
@@ -49,7 +57,9 @@ import triton.language as tl
 
 CONFIG_SPACE = {
     "MATH": ["dot", "fma"],  # tensor-core tiles, or CUDA-core FMAs for M <= 4 (see the docstring)
-    "BLOCK_E": [8, 16, 32, 64],  # 4 went (never in a top 3) to keep the space under the API's cap
+    # 4 and 8 went (never in a top 10 of any M in table ZH's 183 passed router runs) to keep the space under
+    # the API's cap
+    "BLOCK_E": [16, 32, 64],
     "BLOCK_K": [128, 256, 512],
     # 7, 14, 28: hidden 7168 in whole steps of 1024, 512, 256 elements (fewer than 7 splits never filled
     # the SMs: E = 384 is at most 24 tensor-core tiles)
@@ -64,8 +74,11 @@ CONFIG_SPACE = {
     "EPI_M": [1],
     # warps of the separate epilogue launch: 1 keeps each top-k pick's reduction inside one warp (shuffles,
     # no CTA barrier); 4 is what the launch had before this parameter (the GEMV's num_warps, 4 in every win)
-    # and what the bitonic top-k won with (table ZG: one warp holds 16 keys a thread, 138 registers)
-    "EPI_WARPS": [1, 4, 8],
+    # and what the bitonic top-k won with (table ZG: one warp holds 16 keys a thread, 138 registers); 8 gained
+    # nothing over 4 (table ZH) and went for PDL, under the cap (build() still takes it)
+    "EPI_WARPS": [1, 4],
+    # separate epilogue as a programmatic dependent launch (sm_90+; see the docstring)
+    "PDL": [0, 1],
     # pick: TOP_K reductions over E, one after another; bitonic: tl.topk's merge network, all picks at once
     "TOPK": ["pick", "bitonic"],
     "num_warps": [2, 4, 8],  # 1 never reached a top 3 (dropped for EPI_WARPS 8, under the cap)
@@ -76,6 +89,7 @@ CONSTRAINTS = [
     "BLOCK_K * SPLIT_K <= K",
     "EPI_M <= max(1, M)",
     "EPILOGUE == 'separate' or EPI_WARPS == 1",  # the fused epilogue runs in the GEMV's CTA: one point
+    "EPILOGUE == 'separate' or PDL == 0",  # a dependent launch needs a second launch
     "TOPK == 'pick' or top_k > 1",  # tl.topk's merge network needs k >= 2
     "BLOCK_E * BLOCK_K <= 16384",
     "MATH == 'fma' or (BLOCK_M >= 16 and BLOCK_E >= 16)",  # tl.dot's tiles
@@ -89,7 +103,8 @@ CONSTRAINTS = [
     "MATH == 'dot' or num_stages == 2",  # unrolled: no pipeline; one value, so a search never re-measures it
 ]
 DEFAULT_CONFIG = {"MATH": "dot", "BLOCK_E": 16, "BLOCK_K": 128, "SPLIT_K": 8, "BLOCK_M": 16, "EPILOGUE": "fused",
-                  "EPI_M": 1, "EPI_WARPS": 1, "TOPK": "pick", "num_warps": 4, "num_stages": 3}
+                  "EPI_M": 1, "EPI_WARPS": 1, "TOPK": "pick", "PDL": 0, "num_warps": 4,
+                  "num_stages": 3}
 # relaxed partial-sum adds: LLVM emits them as atom.* or red.* (result unused), so claim the common part
 def claims(config: dict, shape: dict) -> dict:
     """The arrival counter's acq_rel add exists only in the fused (one-launch) epilogue: the separate
@@ -102,7 +117,9 @@ def claims(config: dict, shape: dict) -> dict:
         math = "ld.global.v4"
     else:
         math = "wgmma.mma_async" if int(c["BLOCK_M"]) >= 64 and int(c["num_warps"]) % 4 == 0 else "mma.sync"
-    return {"ptx_contains": (["atom.global.gpu.acq_rel.add"] if fused else []) + ["global.gpu.relaxed.add", math]}
+    pdl = ["griddepcontrol.launch_dependents", "griddepcontrol.wait"] if int(c["PDL"]) and not fused else []
+    return {"ptx_contains": (["atom.global.gpu.acq_rel.add"] if fused else []) + ["global.gpu.relaxed.add", math]
+            + pdl}
 USES_LIBRARY = False
 
 NEG_INF = float("-inf")
@@ -216,7 +233,10 @@ def router_gemv_kernel(x_ptr, w_ptr, bias_ptr, ws_ptr, counter_ptr, ids_ptr, wts
                        TOP_K: tl.constexpr, TOP_K_PAD: tl.constexpr, N_GROUP: tl.constexpr,
                        TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
                        NORM: tl.constexpr, M_LOOP: tl.constexpr, INTERPRET: tl.constexpr,
-                       FMA: tl.constexpr, STEPS: tl.constexpr, TILES: tl.constexpr, BITONIC: tl.constexpr):
+                       FMA: tl.constexpr, STEPS: tl.constexpr, TILES: tl.constexpr, BITONIC: tl.constexpr,
+                       PDL: tl.constexpr):
+    if PDL:  # let the epilogue launch's CTA start (and load its bias) now; it waits for this grid's end
+        tl.extra.cuda.gdc_launch_dependents()
     pid_e = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -286,8 +306,10 @@ def router_epilogue_kernel(ws_ptr, bias_ptr, ids_ptr, wts_ptr, M, scaling,
                            E: tl.constexpr, E_PAD: tl.constexpr, EPI_M: tl.constexpr,
                            TOP_K: tl.constexpr, TOP_K_PAD: tl.constexpr, N_GROUP: tl.constexpr,
                            TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
-                           NORM: tl.constexpr, BITONIC: tl.constexpr):
-    bias = _load_bias(bias_ptr, E, E_PAD)
+                           NORM: tl.constexpr, BITONIC: tl.constexpr, PDL: tl.constexpr):
+    bias = _load_bias(bias_ptr, E, E_PAD)  # independent of the GEMV: before the wait
+    if PDL:
+        tl.extra.cuda.gdc_wait()  # the GEMV grid has completed and its logits are visible
     _route_rows(ws_ptr, bias, ids_ptr, wts_ptr, tl.program_id(0) * EPI_M, M, scaling, E, E_PAD, EPI_M, TOP_K,
                 TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM, BITONIC)
 
@@ -306,7 +328,7 @@ def _full_config(config):
     return cfg
 
 
-def _consts(cfg, shape, interpret):
+def _consts(cfg, shape, interpret, pdl):
     E, K, top_k = int(shape["E"]), int(shape["K"]), int(shape["top_k"])
     n_group = int(shape.get("n_group", 1) or 1)
     topk_group = int(shape.get("topk_group", 1) or 1)
@@ -318,7 +340,7 @@ def _consts(cfg, shape, interpret):
     epi = dict(E=E, E_PAD=_np2(E), EPI_M=int(cfg["EPI_M"]), TOP_K=top_k, TOP_K_PAD=_np2(top_k),
                N_GROUP=n_group, TOPK_GROUP=topk_group, NG_PAD=_np2(max(n_group, 2)),
                SOFTMAX=shape.get("scoring", "sigmoid") == "softmax", NORM=bool(shape.get("norm", True)),
-               BITONIC=cfg["TOPK"] == "bitonic")
+               BITONIC=cfg["TOPK"] == "bitonic", PDL=pdl)
     fma = cfg["MATH"] == "fma"
     if fma and (K % bk or (K // bk) % split):
         raise ValueError(f"MATH=fma needs whole, equal BLOCK_K steps per split: K={K}, BLOCK_K={bk}, SPLIT_K={split}")
@@ -343,7 +365,10 @@ def build(config, shape):
         key = (x.device, interpret)
         st = state.get(key)
         if st is None:  # first call on this device: workspaces (zeroed once, self-cleaning after)
-            gemv, epi, grid = _consts(cfg, shape, interpret)
+            # griddepcontrol is PTX for sm_90+; elsewhere (and in the interpreter) the plain pair runs
+            pdl = (bool(int(cfg["PDL"])) and cfg["EPILOGUE"] == "separate" and x.device.type == "cuda"
+                   and torch.cuda.get_device_capability(x.device)[0] >= 9)
+            gemv, epi, grid = _consts(cfg, shape, interpret, pdl)
             st = state[key] = {
                 "ws": torch.zeros((max(M, 1) * E,), device=x.device, dtype=torch.float32),
                 # [0]: CTAs (fused) or E tiles (fused_tiles) arrived; [1:]: each (E, M) tile's splits arrived
@@ -356,20 +381,26 @@ def build(config, shape):
         router_gemv_kernel[grid](x, w, bias, st["ws"], st["counter"], topk_ids, topk_weights,
                                  m, x.stride(0), scaling, num_warps=nw, num_stages=ns, **gemv)
         if not gemv["FUSED_EPI"]:
+            launch = {"launch_pdl": True} if epi["PDL"] else {}
             router_epilogue_kernel[(triton.cdiv(m, epi["EPI_M"]),)](
-                st["ws"], bias, topk_ids, topk_weights, m, scaling, num_warps=int(cfg["EPI_WARPS"]), **epi)
+                st["ws"], bias, topk_ids, topk_weights, m, scaling, num_warps=int(cfg["EPI_WARPS"]), **epi,
+                **launch)
 
     return run
 
 
 # --- ahead-of-time PTX, no GPU -----------------------------------------------------------------
 
-def _aot(kernel, types, consts, num_warps, num_stages, arch, aligned=()):
+def _cap(arch):
+    return int("".join(ch for ch in str(arch) if ch.isdigit()) or 90)
+
+
+def _aot(kernel, types, consts, num_warps, num_stages, arch, aligned=(), **options):
     """PTX for one kernel, specialised as the JIT would at run time: pointers (torch allocations)
     and the ints in ``aligned`` (strides that are multiples of 16) carry tt.divisibility=16."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    cap = int("".join(ch for ch in str(arch) if ch.isdigit()) or 90)
+    cap = _cap(arch)
     sig, attrs = {}, {}
     for i, name in enumerate(kernel.arg_names):
         if name in consts:
@@ -380,18 +411,20 @@ def _aot(kernel, types, consts, num_warps, num_stages, arch, aligned=()):
             attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource(kernel, sig, consts, attrs)
     out = triton.compile(src, target=GPUTarget("cuda", cap, 32),
-                         options={"num_warps": num_warps, "num_stages": num_stages})
+                         options={"num_warps": num_warps, "num_stages": num_stages, **options})
     return out.asm["ptx"]
 
 
 def compile_ptx(config, shape, arch="sm_90a"):
     cfg = _full_config(config)
-    gemv, epi, _ = _consts(cfg, shape, False)
+    pdl = bool(int(cfg["PDL"])) and cfg["EPILOGUE"] == "separate" and _cap(arch) >= 90
+    gemv, epi, _ = _consts(cfg, shape, False, pdl)
     nw, ns = int(cfg["num_warps"]), int(cfg["num_stages"])
     types = {"x_ptr": "*bf16", "w_ptr": "*bf16", "bias_ptr": "*fp32", "ws_ptr": "*fp32",
              "counter_ptr": "*i32", "ids_ptr": "*i32", "wts_ptr": "*fp32", "M": "i32",
              "stride_xm": "i32", "scaling": "fp32"}
     ptx = _aot(router_gemv_kernel, types, gemv, nw, ns, arch, aligned=("stride_xm",))
     if not gemv["FUSED_EPI"]:
-        ptx += "\n" + _aot(router_epilogue_kernel, types, epi, int(cfg["EPI_WARPS"]), ns, arch)
+        ptx += "\n" + _aot(router_epilogue_kernel, types, epi, int(cfg["EPI_WARPS"]), ns, arch,
+                           **({"launch_pdl": True} if pdl else {}))
     return ptx
