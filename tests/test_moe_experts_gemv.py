@@ -77,18 +77,18 @@ def check_case(config: dict, ms: tuple[int, ...], e: int, k: int, i: int, top_k:
 
 
 CASES = {
-    # The interpreter runs one program at a time, so the w2 tiles are wide (8 rows): a few dozen programs a
-    # token, not hundreds (the cost of this module is its w2 grid).
+    # The interpreter runs one program at a time, so the tiles are wide (16-32 rows): tens of programs a
+    # call, not hundreds (a program costs milliseconds however small its tile).
     # no split: 4 unrolled K steps, h written straight from the sums; PDL asked for (a CPU runs the plain pair)
-    "split1-pdl": (dict(BLOCK_N=4, BLOCK_K=128, SPLIT_K=1, num_warps=2, BLOCK_N2=8, BLOCK_K2=32, num_warps2=1,
-                        PDL=1), (1, 2, 5, 8), 16, 512, 32, 4),
+    "split1-pdl": (dict(BLOCK_N=16, BLOCK_K=64, SPLIT_K=1, num_warps=2, BLOCK_N2=16, BLOCK_K2=32, num_warps2=1,
+                        PDL=1), (1, 2, 5, 8), 16, 256, 32, 4),
     # 7 splits of one step (hidden 448 = 7 x 64): workspace + counter, the last arrival applies silu*mul;
     # top_k 6 pads to 8 (masked experts)
-    "split7-topk6": (dict(BLOCK_N=8, BLOCK_K=64, SPLIT_K=7, num_warps=2, BLOCK_N2=8, BLOCK_K2=16,
+    "split7-topk6": (dict(BLOCK_N=16, BLOCK_K=64, SPLIT_K=7, num_warps=2, BLOCK_N2=16, BLOCK_K2=16,
                           num_warps2=1), (1, 3), 24, 448, 32, 6),
     # 4 splits of 2 steps; w2 in 2 unrolled K steps; expert 0 picked by every token
-    "split4-two-steps-hot": (dict(BLOCK_N=16, BLOCK_K=64, SPLIT_K=4, num_warps=4, BLOCK_N2=8, BLOCK_K2=32,
-                                  num_warps2=1), (4, 8), 16, 512, 64, 4, True),
+    "split4-two-steps-hot": (dict(BLOCK_N=32, BLOCK_K=32, SPLIT_K=4, num_warps=4, BLOCK_N2=16, BLOCK_K2=32,
+                                  num_warps2=2), (4, 8), 16, 256, 64, 4, True),
 }
 
 
