@@ -27,7 +27,10 @@ def _broker_options(settings: Settings) -> dict[str, object]:
         return {"data_folder_in": str(folder / "queue"), "data_folder_out": str(folder / "queue"),
                 "store_processed": True, "processed_folder": str(folder / "processed"),
                 # broadcast (inspect ping, worker counts) lives here too, not in the current directory
-                "control_folder": str(folder / "control")}
+                "control_folder": str(folder / "control"),
+                # kombu polls the folder (1 s by default): a listing of a small local folder is cheap, and a
+                # run waited up to a second for pickup (the demo's 42 runs, every test on the embedded stack)
+                "polling_interval": 0.1}
     # A run unacknowledged this long (its worker died) is delivered again; results are written
     # once per run id, so a redelivery can never duplicate a result.
     return {"visibility_timeout": settings.visibility_timeout_s}
