@@ -30,15 +30,12 @@ w13 has completed and h is visible. w13 is launched plainly, so the pair never o
 Measured on the H200 (bench/results/2026-12-04-h200-decode-tuning-zb/ze.md): 28.49 us at M = 1 (74% of the
 HBM floor; one split, BLOCK_N 2, 8 warps, PDL on) against 30.19 for the 14-split control in the same job and
 35.14 for the grouped kernel; 49.77 us at M = 2 (84%), 88.68 at M = 4 (91%). PDL is worth ~1.4 us at M = 1.
-L2_PF = 1 (sm_90+, GPU only) streams w2 into L2 while w13 runs: each w13 program issues one bulk prefetch
-(cp.async.bulk.prefetch.L2, one thread) of its share of its pair's expert's w2 rows (w2[e] is contiguous,
-K * I * 2 bytes: 3.7 MB at K2 TP8, 28 KB a program at BLOCK_N 2), and reads its own w13 rows evict_first, so
-the streamed w13 does not push the prefetched w2 out of the 50 MB L2 (top-8 w2 is 29 MB). Why: the M = 1
-landscape is flat (28.5-30.9 us over 25 configs as different as 1 and 28 splits, table ZH), and the block
-profile has w13 at 19 us and w2 at 12 us for 59 + 29 MB where one read of all 88 MB takes 21.2 us
-(bench/results/2026-12-03-h200-latency-floor.md): the HBM idles between the two. PDL's prefetch reaches only
-the w2 programs that are resident before w13 ends; this moves all of w2's DRAM traffic under w13's. Not yet
-measured on the H200 (plan bench/plans/h200_router_pdl_zi.json).
+Tried and dropped (H200 table ZI, each beside its control in one job): w2 streamed into L2 during w13 (one
+cp.async.bulk.prefetch.L2 of its share of the expert's w2 per w13 program, w13 read evict_first) LOST at every
+M: 34.57 vs 30.35 us at M = 1 (ZE's winner), 60.34 vs 51.18 at M = 2, 110.88 vs 88.33 at M = 4. Likely why:
+the prefetch adds w2's 29 MB to the HBM traffic of the w13 phase, whose rate (~3.1 TB/s at M = 1 in the block
+profile) is the limit, and w2 then still pays its L2 pass; the dependency bubble between the two is not the
+cost. The code went; this note keeps the numbers.
 Every output element is written on every call by exactly one program; inputs are never written.
 Under TRITON_INTERPRET=1 (CPU) the same code runs; programs run one after another, so the counter protocol
 reduces to "the last split of a tile sums".
@@ -63,7 +60,6 @@ CONFIG_SPACE = {
     "BLOCK_K2": [64, 128, 256],
     "num_warps2": [1, 2, 4, 8],
     "PDL": [0, 1],
-    "L2_PF": [0, 1],  # w2 prefetched into L2 by the w13 programs (see the docstring)
 }
 # Python expressions over config params and shape dims (K = hidden, I = intermediate per rank).
 CONSTRAINTS = [
@@ -84,7 +80,7 @@ CONSTRAINTS = [
     "PDL == 0 or BLOCK_K2 == I",  # the prefetched w2 tile is the program's whole share
 ]
 DEFAULT = {"BLOCK_N": 4, "BLOCK_K": 512, "SPLIT_K": 14, "num_warps": 2,
-           "BLOCK_N2": 1, "BLOCK_K2": 256, "num_warps2": 1, "PDL": 0, "L2_PF": 0}
+           "BLOCK_N2": 1, "BLOCK_K2": 256, "num_warps2": 1, "PDL": 0}
 
 
 def claims(config: dict, shape: dict) -> dict:
@@ -96,27 +92,13 @@ def claims(config: dict, shape: dict) -> dict:
         out.append("atom.global.gpu.acq_rel.add")
     if int(c["PDL"]):
         out += ["griddepcontrol.launch_dependents", "griddepcontrol.wait"]
-    if int(c["L2_PF"]):
-        out += ["cp.async.bulk.prefetch.L2.global", "L1::evict_first"]
     return {"ptx_contains": out}
 
 
 @triton.jit
-def _prefetch_l2(ptr, NBYTES: tl.constexpr):
-    """One thread of the CTA asks for NBYTES from ptr (16-byte aligned, a multiple of 16) to be brought
-    into L2 (sm_90 bulk prefetch: no registers, no shared memory, nothing waits on it)."""
-    tl.inline_asm_elementwise(
-        "{ .reg .pred %pf; .reg .b32 %tx; mov.u32 %tx, %tid.x; setp.eq.u32 %pf, %tx, 0; "
-        "@%pf cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-        "=r,l,r", [ptr + tl.zeros([1], tl.int64), tl.full([1], NBYTES, tl.int32)], dtype=tl.int32,
-        is_pure=False, pack=1)
-
-
-@triton.jit
-def w13_kernel(x_ptr, w13_ptr, ids_ptr, h_ptr, ws_ptr, cnt_ptr, w2_ptr, stride_xm,
+def w13_kernel(x_ptr, w13_ptr, ids_ptr, h_ptr, ws_ptr, cnt_ptr, stride_xm,
                K: tl.constexpr, I: tl.constexpr, TOP_K: tl.constexpr, P: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, STEPS: tl.constexpr, PDL: tl.constexpr,
-               L2_PF: tl.constexpr):
+               BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, STEPS: tl.constexpr, PDL: tl.constexpr):
     if PDL:  # let the w2 launch's programs start (and prefetch) once all of these have started
         tl.extra.cuda.gdc_launch_dependents()
     p = tl.program_id(0)
@@ -124,15 +106,6 @@ def w13_kernel(x_ptr, w13_ptr, ids_ptr, h_ptr, ws_ptr, cnt_ptr, w2_ptr, stride_x
     pid_k = tl.program_id(2)
     t = p // TOP_K
     e = tl.load(ids_ptr + p).to(tl.int64)
-    if L2_PF:
-        # this program's share of w2[e] (K * I elements, contiguous) while its own w13 rows stream in: the
-        # (I / BLOCK_N) * SPLIT_K programs of a pair split it evenly, BLOCK_N * STEPS * BLOCK_K elements each
-        # (a multiple of 16 bytes, as the bulk prefetch needs: BLOCK_K is)
-        SHARE: tl.constexpr = BLOCK_N * STEPS * BLOCK_K
-        _prefetch_l2(w2_ptr + e * (K * I) + (pid_n * SPLIT_K + pid_k) * SHARE, SHARE * 2)
-        W_EVICT: tl.constexpr = "evict_first"
-    else:
-        W_EVICT: tl.constexpr = ""
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = pid_k * (STEPS * BLOCK_K) + tl.arange(0, BLOCK_K)
     x_ptrs = x_ptr + t * stride_xm + offs_k
@@ -141,8 +114,8 @@ def w13_kernel(x_ptr, w13_ptr, ids_ptr, h_ptr, ws_ptr, cnt_ptr, w2_ptr, stride_x
     acc_g = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     for s in tl.static_range(STEPS):  # straight-line: every load is independent of the sums
-        wg = tl.load(g_ptrs + s * BLOCK_K, eviction_policy=W_EVICT)
-        wu = tl.load(u_ptrs + s * BLOCK_K, eviction_policy=W_EVICT)
+        wg = tl.load(g_ptrs + s * BLOCK_K)
+        wu = tl.load(u_ptrs + s * BLOCK_K)
         x = tl.load(x_ptrs + s * BLOCK_K).to(tl.float32)
         acc_g += x[None, :] * wg.to(tl.float32)
         acc_u += x[None, :] * wu.to(tl.float32)
@@ -214,10 +187,10 @@ def check_constraints(config: dict, shape: dict) -> dict:
     return c
 
 
-def _metas(c: dict, shape: dict, pdl: bool, l2_pf: bool) -> tuple[dict, dict]:
+def _metas(c: dict, shape: dict, pdl: bool) -> tuple[dict, dict]:
     m, k, i, top_k = (int(shape[n]) for n in ("M", "K", "I", "top_k"))
     w13 = dict(K=k, I=i, TOP_K=top_k, P=m * top_k, BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"],
-               SPLIT_K=c["SPLIT_K"], STEPS=(k // c["BLOCK_K"]) // c["SPLIT_K"], PDL=pdl, L2_PF=l2_pf)
+               SPLIT_K=c["SPLIT_K"], STEPS=(k // c["BLOCK_K"]) // c["SPLIT_K"], PDL=pdl)
     w2 = dict(K=k, I=i, TOP_K=top_k, TOPK_PAD=triton.next_power_of_2(top_k), BLOCK_N=c["BLOCK_N2"],
               BLOCK_K=c["BLOCK_K2"], PDL=pdl)
     return w13, w2
@@ -231,13 +204,12 @@ def compile_ptx(config: dict, shape: dict, arch: str) -> str:
 
     c = check_constraints(config, shape)
     cc = int("".join(ch for ch in arch if ch.isdigit()))
-    w13, w2 = _metas(c, shape, bool(c["PDL"]) and cc >= 90, bool(c["L2_PF"]) and cc >= 90)
+    w13, w2 = _metas(c, shape, bool(c["PDL"]) and cc >= 90)
     aligned_stride = int(shape["K"]) % 16 == 0
     ptx = []
     for fn, types, meta, warps in (
             (w13_kernel, {"x_ptr": "*bf16", "w13_ptr": "*bf16", "ids_ptr": "*i32", "h_ptr": "*bf16",
-                          "ws_ptr": "*fp32", "cnt_ptr": "*i32", "w2_ptr": "*bf16", "stride_xm": "i32"}, w13,
-             c["num_warps"]),
+                          "ws_ptr": "*fp32", "cnt_ptr": "*i32", "stride_xm": "i32"}, w13, c["num_warps"]),
             (w2_kernel, {"h_ptr": "*bf16", "w2_ptr": "*bf16", "ids_ptr": "*i32", "tw_ptr": "*fp32",
                          "out_ptr": "*bf16", "stride_om": "i32"}, w2, c["num_warps2"])):
         sig = {**types, **{name: "constexpr" for name in meta}}
@@ -265,9 +237,8 @@ def build(config: dict, shape: dict) -> Callable[..., None]:
     p = m * top_k
     home = _home_device()
     # griddepcontrol is PTX for sm_90+; the interpreter (CPU) runs the plain pair, same results
-    hopper = home.type == "cuda" and torch.cuda.get_device_capability(home)[0] >= 9
-    pdl = bool(c["PDL"]) and hopper
-    w13_meta, w2_meta = _metas(c, shape, pdl, bool(c["L2_PF"]) and hopper)  # both PTX for sm_90+ only
+    pdl = bool(c["PDL"]) and home.type == "cuda" and torch.cuda.get_device_capability(home)[0] >= 9
+    w13_meta, w2_meta = _metas(c, shape, pdl)
     n_tiles = i // c["BLOCK_N"]
     # Per device, allocated once (outside any graph capture): h, the split-K partials (every element the
     # reducer reads is rewritten on every call: no zeroing) and counters that must start at zero (each
@@ -297,7 +268,7 @@ def build(config: dict, shape: dict) -> Callable[..., None]:
         ids = topk_ids.contiguous()
         tw = topk_weights.contiguous()
         h, ws, cnt = scratch.get(x.device) or alloc(x.device)
-        w13_kernel[(p, n_tiles, c["SPLIT_K"])](x, w13, ids, h, ws, cnt, w2, x.stride(0), **w13_meta,
+        w13_kernel[(p, n_tiles, c["SPLIT_K"])](x, w13, ids, h, ws, cnt, x.stride(0), **w13_meta,
                                                num_warps=c["num_warps"], num_stages=1)
         launch = {"launch_pdl": True} if pdl else {}
         w2_kernel[(triton.cdiv(k, c["BLOCK_N2"]), m)](h, w2, ids, tw, out, out.stride(0), **w2_meta,

@@ -29,8 +29,10 @@ runs; each loads its bias, then griddepcontrol.wait returns once the GEMV grid h
 are visible. Why: at M = 1 the separate form is 7.34 us (table ZH), GEMV ~4 us and epilogue ~2.6 us, and
 the epilogue's launch (an empty kernel is 0.62 us in the harness, bench/results/2026-12-03-h200-latency-
 floor.md) and its bias load (a DRAM round trip) sit on the critical path between them. The GEMV is launched
-plainly, so a call never overlaps the previous call's epilogue (which re-zeroes the workspace). Not yet
-measured on the H200 (plan bench/plans/h200_router_pdl_zi.json).
+plainly, so a call never overlaps the previous call's epilogue (which re-zeroes the workspace). Measured
+beside the same configs without it in one job (H200 table ZI): M = 2 / 4 / 16 8.27 / 8.52 / 8.81 us vs 8.99 /
+9.13 / 9.21; M = 1 8.31 vs 8.84 with BLOCK_K 128 and 4 warps but 9.01 vs 8.71 with ZH's 256 and 2; M = 64 10.91
+vs 10.72. That session ran ~1 us slower than ZH's throughout, so no ZI config displaced a ZH winner.
 MATH="fma" (M <= 4) computes the logits on the CUDA cores instead of with tl.dot, in dense_gemm_gemv.py's
 one-round-trip shape: a program's K range is a whole number of BLOCK_K steps known at compile time and
 unrolled, so all its W loads are in flight at once, and BLOCK_M is M's next power of two, not a 16-row

@@ -24,12 +24,8 @@ loads its w2 rows (one step: BLOCK_K2 = I) BEFORE griddepcontrol.wait, which ret
 completed and its h is visible. Gate/up itself is launched plainly: it never overlaps what ran before
 it, so the pair is timed from a clean start (the weight-prefetch-during-communication idea, inside one
 slot).
-L2_PF = 1 (sm_90+, GPU only) streams w2 into L2 during gate/up instead: each gate/up program issues one bulk
-prefetch (cp.async.bulk.prefetch.L2, one thread) of its share of w2 (3.7 MB at K2 TP8, contiguous) and reads
-its w13 rows evict_first, so the down launch reads w2 from L2 whether or not its programs were resident
-before gate/up ended (PDL's prefetch reaches only those). Why: at M = 1 the pair ran 7.9 us (table ZH, 33% of
-the HBM floor) where one read of its 11 MB takes 4.46 us (bench/results/2026-12-03-h200-latency-floor.md).
-Not yet measured on the H200 (plan bench/plans/h200_router_pdl_zi.json).
+Tried and dropped (H200 table ZI): w2 prefetched into L2 by the gate/up programs (bulk prefetch, w13 read
+evict_first) lost beside its control at M = 1 / 2 / 4: 8.99 / 12.78 / 17.09 us vs 8.64 / 12.10 / 16.92.
 Every output element is written on every call by exactly one program; inputs are never written.
 Under TRITON_INTERPRET=1 (CPU) the same code runs; programs run one after another, so the counter
 protocol reduces to "the last split of a tile sums".
@@ -48,15 +44,13 @@ CONFIG_SPACE = {
     "BLOCK_M": [1, 2, 4],
     "BLOCK_N": [2, 4, 8, 16],
     "BLOCK_K": [128, 256, 512, 1024],
-    # 7, 14 and 28 split hidden 7168 into whole steps of 1024, 512 and 256 elements (2 and 8 went for L2_PF,
-    # under the API's cap: never run in a table, where 4 lost to 14 by 1.7x)
-    "SPLIT_K": [1, 4, 7, 14, 28],
+    # 7, 14 and 28 split hidden 7168 into whole steps of 1024, 512 and 256 elements
+    "SPLIT_K": [1, 2, 4, 7, 8, 14, 28],
     "num_warps": [1, 2, 4, 8],
-    "BLOCK_N2": [8, 16, 32],  # 64 went for L2_PF (its one run at M=1: 10.13 us, the best 7.87 at 8)
+    "BLOCK_N2": [8, 16, 32, 64],
     "BLOCK_K2": [128, 256],
     "num_warps2": [1, 2, 4, 8],
     "PDL": [0, 1],
-    "L2_PF": [0, 1],  # w2 prefetched into L2 by the gate/up programs (see the docstring)
 }
 # Python expressions over config params and shape dims (K = hidden, I = intermediate per rank).
 CONSTRAINTS = [
@@ -79,7 +73,7 @@ CONSTRAINTS = [
     "PDL == 0 or BLOCK_K2 == I",  # the prefetched w2 tile is the program's whole share
 ]
 DEFAULT = {"BLOCK_M": 1, "BLOCK_N": 8, "BLOCK_K": 512, "SPLIT_K": 14, "num_warps": 4,
-           "BLOCK_N2": 32, "BLOCK_K2": 256, "num_warps2": 4, "PDL": 0, "L2_PF": 0}
+           "BLOCK_N2": 32, "BLOCK_K2": 256, "num_warps2": 4, "PDL": 0}
 
 
 def claims(config: dict, shape: dict) -> dict:
@@ -91,39 +85,18 @@ def claims(config: dict, shape: dict) -> dict:
         out.append("atom.global.gpu.acq_rel.add")
     if int(c["PDL"]):
         out += ["griddepcontrol.launch_dependents", "griddepcontrol.wait"]
-    if int(c["L2_PF"]):
-        out += ["cp.async.bulk.prefetch.L2.global", "L1::evict_first"]
     return {"ptx_contains": out}
 
 
 @triton.jit
-def _prefetch_l2(ptr, NBYTES: tl.constexpr):
-    """One thread of the CTA asks for NBYTES from ptr (16-byte aligned, a multiple of 16) to be brought
-    into L2 (sm_90 bulk prefetch: no registers, no shared memory, nothing waits on it)."""
-    tl.inline_asm_elementwise(
-        "{ .reg .pred %pf; .reg .b32 %tx; mov.u32 %tx, %tid.x; setp.eq.u32 %pf, %tx, 0; "
-        "@%pf cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-        "=r,l,r", [ptr + tl.zeros([1], tl.int64), tl.full([1], NBYTES, tl.int32)], dtype=tl.int32,
-        is_pure=False, pack=1)
-
-
-@triton.jit
-def gate_up_kernel(x_ptr, w13_ptr, h_ptr, ws_ptr, cnt_ptr, w2_ptr, M, stride_xm,
+def gate_up_kernel(x_ptr, w13_ptr, h_ptr, ws_ptr, cnt_ptr, M, stride_xm,
                    K: tl.constexpr, I: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, STEPS: tl.constexpr, EVEN_M: tl.constexpr,
-                   PDL: tl.constexpr, L2_PF: tl.constexpr):
+                   PDL: tl.constexpr):
     if PDL:  # let the down launch's programs start (and prefetch w2) once all of these have started
         tl.extra.cuda.gdc_launch_dependents()
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    if L2_PF:
-        # this program's share of w2 (K * I elements, contiguous): the (I / BLOCK_N) * SPLIT_K programs split
-        # it evenly, BLOCK_N * STEPS * BLOCK_K elements each (a multiple of 16 bytes: BLOCK_K is)
-        SHARE: tl.constexpr = BLOCK_N * STEPS * BLOCK_K
-        _prefetch_l2(w2_ptr + (pid_n * SPLIT_K + pid_k) * SHARE, SHARE * 2)
-        W_EVICT: tl.constexpr = "evict_first"
-    else:
-        W_EVICT: tl.constexpr = ""
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = pid_k * (STEPS * BLOCK_K) + tl.arange(0, BLOCK_K)
@@ -134,8 +107,8 @@ def gate_up_kernel(x_ptr, w13_ptr, h_ptr, ws_ptr, cnt_ptr, w2_ptr, M, stride_xm,
     acc_g = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
     for s in tl.static_range(STEPS):  # straight-line: every load is independent of the sums
-        wg = tl.load(g_ptrs + s * BLOCK_K, eviction_policy=W_EVICT)
-        wu = tl.load(u_ptrs + s * BLOCK_K, eviction_policy=W_EVICT)
+        wg = tl.load(g_ptrs + s * BLOCK_K)
+        wu = tl.load(u_ptrs + s * BLOCK_K)
         if EVEN_M:
             x = tl.load(x_ptrs + s * BLOCK_K).to(tl.float32)
         else:
@@ -211,11 +184,11 @@ def check_constraints(config: dict, shape: dict) -> dict:
     return c
 
 
-def _metas(c: dict, shape: dict, pdl: bool, l2_pf: bool) -> tuple[dict, dict]:
+def _metas(c: dict, shape: dict, pdl: bool) -> tuple[dict, dict]:
     m, k, i = int(shape["M"]), int(shape["K"]), int(shape["I"])
     even_m = m == c["BLOCK_M"]
     up = dict(K=k, I=i, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"], SPLIT_K=c["SPLIT_K"],
-              STEPS=(k // c["BLOCK_K"]) // c["SPLIT_K"], EVEN_M=even_m, PDL=pdl, L2_PF=l2_pf)
+              STEPS=(k // c["BLOCK_K"]) // c["SPLIT_K"], EVEN_M=even_m, PDL=pdl)
     down = dict(K=k, I=i, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N2"], BLOCK_K=c["BLOCK_K2"], EVEN_M=even_m, PDL=pdl)
     return up, down
 
@@ -228,12 +201,12 @@ def compile_ptx(config: dict, shape: dict, arch: str) -> str:
 
     c = check_constraints(config, shape)
     cc = int("".join(ch for ch in arch if ch.isdigit()))
-    up, down = _metas(c, shape, bool(c["PDL"]) and cc >= 90, bool(c["L2_PF"]) and cc >= 90)
+    up, down = _metas(c, shape, bool(c["PDL"]) and cc >= 90)
     aligned_stride = int(shape["K"]) % 16 == 0
     ptx = []
     for fn, types, meta, warps in (
             (gate_up_kernel, {"x_ptr": "*bf16", "w13_ptr": "*bf16", "h_ptr": "*bf16", "ws_ptr": "*fp32",
-                              "cnt_ptr": "*i32", "w2_ptr": "*bf16", "M": "i32", "stride_xm": "i32"}, up, c["num_warps"]),
+                              "cnt_ptr": "*i32", "M": "i32", "stride_xm": "i32"}, up, c["num_warps"]),
             (down_kernel, {"h_ptr": "*bf16", "w2_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32",
                            "stride_om": "i32"}, down, c["num_warps2"])):
         sig = {**types, **{name: "constexpr" for name in meta}}
@@ -260,9 +233,8 @@ def build(config: dict, shape: dict) -> Callable[..., None]:
     m, k, i = int(shape["M"]), int(shape["K"]), int(shape["I"])
     home = _home_device()
     # griddepcontrol is PTX for sm_90+; the interpreter (CPU) runs the plain pair, same results
-    hopper = home.type == "cuda" and torch.cuda.get_device_capability(home)[0] >= 9
-    pdl = bool(c["PDL"]) and hopper
-    up, down = _metas(c, shape, pdl, bool(c["L2_PF"]) and hopper)  # both PTX for sm_90+ only
+    pdl = bool(c["PDL"]) and home.type == "cuda" and torch.cuda.get_device_capability(home)[0] >= 9
+    up, down = _metas(c, shape, pdl)
     n_tiles = i // c["BLOCK_N"]
     # Per device, allocated once (outside any graph capture): h, the split-K partials (every element the
     # reducer reads is rewritten on every call: no zeroing) and counters that must start at zero (each
@@ -287,7 +259,7 @@ def build(config: dict, shape: dict) -> Callable[..., None]:
         if not (w13.is_contiguous() and w2.is_contiguous() and x.stride(1) == 1 and out.stride(1) == 1):
             raise ValueError("w13 and w2 must be contiguous, x and out contiguous along their last dim")
         h, ws, cnt = scratch.get(x.device) or alloc(x.device)
-        gate_up_kernel[(n_tiles, c["SPLIT_K"])](x, w13, h, ws, cnt, w2, m, x.stride(0), **up,
+        gate_up_kernel[(n_tiles, c["SPLIT_K"])](x, w13, h, ws, cnt, m, x.stride(0), **up,
                                                  num_warps=c["num_warps"], num_stages=1)
         launch = {"launch_pdl": True} if pdl else {}
         down_kernel[(triton.cdiv(k, c["BLOCK_N2"]),)](h, w2, out, m, out.stride(0), **down,
