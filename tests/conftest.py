@@ -37,6 +37,13 @@ def interpreted(request: pytest.FixtureRequest) -> dict[str, str]:
     return interpreted_results(request.module.__file__)
 
 
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A worker data dir shared by a module's sandboxed runs: the CPU bandwidth (seconds to measure) is
+    measured once per module, then read from the dir's cache. A module that needs more in it overrides this."""
+    return tmp_path_factory.mktemp("kt-data")
+
+
 # --- databases ----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")

@@ -18,11 +18,6 @@ from workers.failures import Failure
 from workers.protocol import BenchSettings, Verdict
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("kt-data")
-
-
 @pytest.mark.parametrize("cheat, verdict, code", [
     ("writes_nothing", Verdict.check_failed, "unwritten_output"),
     ("nan_output", Verdict.check_failed, "nan_output"),

@@ -199,11 +199,6 @@ def test_compile_ptx_sm90a_holds_the_claims(shape_name, cfg_name):
 
 # --- through the real pipeline (sandboxed child, interpreter on the CPU) --------------------------------
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("kt-data")
-
-
 @pytest.mark.parametrize("m,config", [
     (1, {}),  # DEFAULT: 2 splits
     (3, dict(BLOCK_M=4, BLOCK_N=8, BLOCK_K=128, SPLIT_K=4, num_warps=2, num_stages=2)),

@@ -25,11 +25,6 @@ def build(config, shape):
 """
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("kt-data")
-
-
 def test_shipped_torch_variant_passes_with_numbers(data_dir):
     r = run_source(SHIPPED, data_dir, m=8, bench=BenchSettings(min_rounds=20, min_time_s=0.1))
     assert r.verdict == Verdict.passed, r.reason

@@ -76,11 +76,6 @@ LARGE = Shape("dense_gemm", "large", {"N": 4096, "K": 2048})
 FOUR_SETS = QUICK_BENCH.model_copy(update={"input_sets": 4})
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("kt-data")
-
-
 def test_large_inputs_in_a_real_child_honest_passes_and_one_written_weight_is_caught(data_dir: Path) -> None:
     assert LARGE.dims["N"] * LARGE.dims["K"] * 2 >= check.DEVICE_DIGEST_MIN_BYTES
     honest = run_source(SHIPPED, data_dir, shape=LARGE, m=2, declares_library=True, bench=FOUR_SETS)

@@ -191,12 +191,6 @@ def test_compile_ptx_sm90a_holds_the_claims(cfg_name):
 
 # --- through the real pipeline (sandboxed child, interpreter on the CPU) --------------------------------
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    """One data dir for the module's runs: the CPU bandwidth (seconds to measure) is measured once."""
-    return tmp_path_factory.mktemp("kt-data")
-
-
 @pytest.mark.parametrize("m,config", [
     # wide tiles (16 rows): few programs for the interpreter, which runs them one at a time
     (1, dict(BLOCK_N=16, BLOCK_K=128, SPLIT_K=2, num_warps=4, BLOCK_N2=16, BLOCK_K2=64, num_warps2=2)),

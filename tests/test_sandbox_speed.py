@@ -43,11 +43,6 @@ ctypes.CDLL(None).kill(os.getppid(), signal.SIGKILL)
 """ + SHIPPED
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("kt-data")
-
-
 @pytest.fixture(autouse=True)
 def zygote_mode(monkeypatch):
     monkeypatch.setenv("KT_SANDBOX_MODE", "zygote")

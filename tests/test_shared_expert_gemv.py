@@ -169,12 +169,6 @@ def test_compile_ptx_sm90a_holds_the_claims(cfg_name):
 
 # --- through the real pipeline (sandboxed child, interpreter on the CPU) --------------------------------
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    """One data dir for the module's runs: the CPU bandwidth (seconds to measure) is measured once."""
-    return tmp_path_factory.mktemp("kt-data")
-
-
 @pytest.mark.parametrize("m,config", [
     (1, dict(BLOCK_M=1, BLOCK_N=8, BLOCK_K=128, SPLIT_K=2, num_warps=4, BLOCK_N2=16, BLOCK_K2=64, num_warps2=2)),
     (3, dict(BLOCK_M=4, BLOCK_N=4, BLOCK_K=256, SPLIT_K=1, num_warps=4, BLOCK_N2=32, BLOCK_K2=64, num_warps2=4)),
