@@ -330,6 +330,12 @@ def _full_config(config):
     return cfg
 
 
+def _pdl(cfg, cap):
+    """The separate epilogue as a dependent launch: griddepcontrol is PTX for sm_90+ (cap: 90 for sm_90);
+    elsewhere, and in the interpreter (cap 0), the plain pair runs."""
+    return bool(int(cfg["PDL"])) and cfg["EPILOGUE"] == "separate" and cap >= 90
+
+
 def _consts(cfg, shape, interpret, pdl):
     E, K, top_k = int(shape["E"]), int(shape["K"]), int(shape["top_k"])
     n_group = int(shape.get("n_group", 1) or 1)
@@ -367,10 +373,8 @@ def build(config, shape):
         key = (x.device, interpret)
         st = state.get(key)
         if st is None:  # first call on this device: workspaces (zeroed once, self-cleaning after)
-            # griddepcontrol is PTX for sm_90+; elsewhere (and in the interpreter) the plain pair runs
-            pdl = (bool(int(cfg["PDL"])) and cfg["EPILOGUE"] == "separate" and x.device.type == "cuda"
-                   and torch.cuda.get_device_capability(x.device)[0] >= 9)
-            gemv, epi, grid = _consts(cfg, shape, interpret, pdl)
+            major, minor = torch.cuda.get_device_capability(x.device) if x.device.type == "cuda" else (0, 0)
+            gemv, epi, grid = _consts(cfg, shape, interpret, _pdl(cfg, 10 * major + minor))
             st = state[key] = {
                 "ws": torch.zeros((max(M, 1) * E,), device=x.device, dtype=torch.float32),
                 # [0]: CTAs (fused) or E tiles (fused_tiles) arrived; [1:]: each (E, M) tile's splits arrived
@@ -419,7 +423,7 @@ def _aot(kernel, types, consts, num_warps, num_stages, arch, aligned=(), **optio
 
 def compile_ptx(config, shape, arch="sm_90a"):
     cfg = _full_config(config)
-    pdl = bool(int(cfg["PDL"])) and cfg["EPILOGUE"] == "separate" and _cap(arch) >= 90
+    pdl = _pdl(cfg, _cap(arch))
     gemv, epi, _ = _consts(cfg, shape, False, pdl)
     nw, ns = int(cfg["num_warps"]), int(cfg["num_stages"])
     types = {"x_ptr": "*bf16", "w_ptr": "*bf16", "bias_ptr": "*fp32", "ws_ptr": "*fp32",
