@@ -39,7 +39,7 @@ K2_TP8 = (7168, 1536, 512, 64, 1536)  # hidden, q_lora_rank, kv_lora_rank, rope 
 EPS = 1e-6
 TRITON = REPO / "kernels" / "variants" / "triton"
 BLOCK_FILES = {"add_rmsnorm": "add_rmsnorm_fused", "rmsnorm_gemm": "rmsnorm_gemm_fused"}
-GEMM_FILES = ("dense_gemm_gemv", "dense_gemm_splitk")  # Triton winners of fused_qkv_a this block can run
+GEMM_FILES = ("dense_gemm_gemv", "dense_gemm_splitk", "dense_gemm_swapab")  # Triton winners of fused_qkv_a this block can run
 
 
 def load(stem: str):

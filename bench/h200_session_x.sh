@@ -12,11 +12,20 @@ use_plan "${KT_PLAN:-bench/plans/h200_shared_expert_x.json}"
 WHAT=${KT_WHAT:-decode-tuning-x}
 DB=${KT_RESUME_DB:-bench/results/2026-12-04-h200-decode-tuning-u.sqlite}
 S=${KT_TUNING_S:-240}
-run timeout "$S" python3 bench/service_tuning.py --plan "$PLAN" --hardware h200 --what "$WHAT" \
+# the hardware class the worker serves, from the card in hand (calls that name no kind may get an H100)
+HW=${KT_HARDWARE:-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)}
+HW=${HW:-h200}
+run timeout "$S" python3 bench/service_tuning.py --plan "$PLAN" --hardware "$HW" --what "$WHAT" \
     --workers "${KT_WORKERS:-12}" --export --budget-s "$(( S - 45 ))" --resume-db "$DB" \
     --data-dir "/tmp/kt-service-$WHAT" --out "$OUT"
 rm -f "$OUT"/*.md
 W=$(ls -t "$OUT"/*-"$WHAT".json | head -n1)
-run timeout "${KT_MOE_TIMEOUT_S:-100}" python3 bench/moe_block.py --batches "${KT_MOE_BATCHES:-1,4,16,64}" --winners "$W" --out "$OUT"
-KT_SELFTEST_S=${KT_SELFTEST_S:-100} selftest_exported
+# KT_MOE_BATCHES=none skips the MoE block (a plan that changes no slot of it); KT_SELFTEST_S=0 the self-test
+if [ "${KT_MOE_BATCHES:-}" != none ]; then
+  run timeout "${KT_MOE_TIMEOUT_S:-100}" python3 bench/moe_block.py --batches "${KT_MOE_BATCHES:-1,4,16,64}" --winners "$W" --out "$OUT"
+fi
+if [ -n "${KT_ATTN_BATCHES:-}" ]; then  # the attention input block with this table's winners
+  run timeout "${KT_ATTN_TIMEOUT_S:-100}" python3 bench/attn_block.py --batches "$KT_ATTN_BATCHES" --winners "$W" --out "$OUT"
+fi
+[ "${KT_SELFTEST_S:-100}" = 0 ] || KT_SELFTEST_S=${KT_SELFTEST_S:-100} selftest_exported
 grep -E "^== |search |job |geomean|export|M= *[0-9]|rror" "$L" | tail -40
