@@ -228,6 +228,15 @@ def test_installed_wheel_dispatches_and_selftests(installed: Path, exported: dic
     rep = json.loads(st.stdout)
     assert rep["failed"] == 0 and len(rep["entries"]) == exported["entries"]
     assert all(e["status"] == "pass" and e["speedup_vs_stock"] and len(e["seeds"]) >= 2 for e in rep["entries"])
+    # --slot re-checks one slot's entries only; a slot the package has no entries for is a usage error
+    slot = rep["entries"][0]["slot"]
+    one = _run([str(installed), "-I", "-m", f"{pkg}.selftest", "--json", "--rounds", "2", "--slot", slot], cwd=tmp_path)
+    assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
+    only = json.loads(one.stdout)["entries"]
+    assert only and {e["slot"] for e in only} == {slot} and len(only) < len(rep["entries"])
+    assert len(only) == sum(e["slot"] == slot for e in rep["entries"])
+    bad = _run([str(installed), "-I", "-m", f"{pkg}.selftest", "--slot", "no_such_slot"], cwd=tmp_path)
+    assert bad.returncode == 2 and "no tuned entries for ['no_such_slot']" in bad.stderr
 
 
 STANDIN = {
