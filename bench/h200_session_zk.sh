@@ -3,6 +3,6 @@
 # from ZJ's table for the CuTe warp GEMV at M = 4 and 16 (o_proj, q_b_proj, fused_qkv_a), then the export's
 # self-test of its dense_gemm entries (ZJ's swap-AB winners are new in it); the MoE block has no dense slot.
 export KT_PLAN=bench/plans/h200_warp_gemv_zk.json KT_WHAT=decode-tuning-zk KT_MOE_BATCHES=none \
-  KT_RESUME_DB=bench/results/2026-12-05-h200-decode-tuning-zj.sqlite KT_TUNING_S=${KT_TUNING_S:-300} \
-  KT_SELFTEST_S=${KT_SELFTEST_S:-120} KT_SELFTEST_ARGS="--slot dense_gemm --rounds 10"
+  KT_RESUME_DB=bench/results/2026-12-05-h200-decode-tuning-zj.sqlite KT_TUNING_S=${KT_TUNING_S:-200} \
+  KT_SELFTEST_S=${KT_SELFTEST_S:-60} KT_SELFTEST_ARGS="--slot dense_gemm --rounds 5"
 exec bash "$(dirname "$0")/h200_session_x.sh"
