@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device session ZK (carry .whl2 and .cutexz; install line as in h200_session_v.sh): session X's steps resumed
+# Device session ZK, prepared and NOT run yet (no device came for it on 2026-12-05; carry .whl2 and .cutexz; install line as in h200_session_v.sh): session X's steps resumed
 # from ZJ's table for the CuTe warp GEMV at M = 4 and 16 (o_proj, q_b_proj, fused_qkv_a), then the export's
 # self-test of its dense_gemm entries (ZJ's swap-AB winners are new in it); the MoE block has no dense slot.
 export KT_PLAN=bench/plans/h200_warp_gemv_zk.json KT_WHAT=decode-tuning-zk KT_MOE_BATCHES=none \
