@@ -27,5 +27,6 @@ fi
 if [ -n "${KT_ATTN_BATCHES:-}" ]; then  # the attention input block with this table's winners
   run timeout "${KT_ATTN_TIMEOUT_S:-100}" python3 bench/attn_block.py --batches "$KT_ATTN_BATCHES" --winners "$W" --out "$OUT"
 fi
-[ "${KT_SELFTEST_S:-100}" = 0 ] || KT_SELFTEST_S=${KT_SELFTEST_S:-100} selftest_exported
+KT_SELFTEST_S=${KT_SELFTEST_S:-100}
+[ "$KT_SELFTEST_S" = 0 ] || selftest_exported
 grep -E "^== |search |job |geomean|export|M= *[0-9]|rror" "$L" | tail -40

@@ -181,9 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slot", action="append", dest="slots", metavar="SLOT",
                     help="check this slot's entries only (repeatable; default: every slot)")
     args = ap.parse_args(argv)
-    known = sorted({e["slot"] for e in dsp.tuned_entries()})
-    if args.slots and set(args.slots) - set(known):
-        ap.error(f"no tuned entries for {sorted(set(args.slots) - set(known))}; this package has {known}")
+    known = {e["slot"] for e in dsp.tuned_entries()}
+    unknown = sorted(set(args.slots or ()) - known)
+    if unknown:
+        ap.error(f"no tuned entries for {unknown}; this package has {sorted(known)}")
     mismatch = dsp.hardware_mismatch()
     if args.json:
         reports = run(args.rounds, slots=args.slots)
