@@ -15,6 +15,11 @@ S=${KT_TUNING_S:-240}
 # the hardware class the worker serves, from the card in hand (calls that name no kind may get an H100)
 HW=${KT_HARDWARE:-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)}
 HW=${HW:-h200}
+# KT_REQUIRE_HW: a session that resumes one card's table stops at once on another card (its results would be
+# keyed by that card and extend nothing)
+if [ -n "${KT_REQUIRE_HW:-}" ] && [ "$HW" != "$KT_REQUIRE_HW" ]; then
+  echo "== this card is $HW, the session needs $KT_REQUIRE_HW: stopped" >> "$L"; cat "$L"; exit 3
+fi
 run timeout "$S" python3 bench/service_tuning.py --plan "$PLAN" --hardware "$HW" --what "$WHAT" \
     --workers "${KT_WORKERS:-12}" --export --budget-s "$(( S - 45 ))" --resume-db "$DB" \
     --data-dir "/tmp/kt-service-$WHAT" --out "$OUT"

@@ -1,15 +1,19 @@
 # Writes bench/plans/h200_warp_gemv_zk.json (run from the repo root): session ZK's configs. The CuTe warp-per-rows
 # GEMV holds o_proj's and q_b_proj's M = 1 buckets but had never run at M > 1, where cuBLAS holds o_proj (3-4,
-# 9-16) and the tensor-core kernels lose to it (table ZJ): each warp reads its W rows once and multiplies every
-# x row into them, so M = 4 and 16 cost the same bytes.
+# 9-16, 33-64) and the tensor-core kernels lose to it (table ZJ): each warp reads its W rows once and multiplies
+# every x row into them, so M = 4 and 16 cost the same bytes. Configs that spill registers in the preflight
+# report (bench/compiler_report.py --plan) are left out: ROWS_PER_WARP 4 with 16 or 8 warps at M = 16, and
+# ROWS_PER_WARP 2 at M = 64.
 import json
 F = "kernels/variants/cute/dense_gemm_warp_gemv.py"
-# o_proj (the target cuBLAS holds) gets 9 configs; the rest 4 each (little device time was left)
-wide = [dict(ROWS_PER_WARP=r, WARPS_PER_CTA=w, UNROLL=u) for r in (1, 2, 4) for w, u in ((4, 2), (16, 2), (8, 4))]
-narrow = [dict(ROWS_PER_WARP=r, WARPS_PER_CTA=w, UNROLL=2) for r in (1, 2) for w in (4, 16)]
+SHAPES = ("o_proj", "q_b_proj", "fused_qkv_a")
+shape_of_cta = ((4, 2), (16, 2), (8, 4))  # (WARPS_PER_CTA, UNROLL): many small CTAs, few big ones, deeper unroll
+m4 = [dict(ROWS_PER_WARP=r, WARPS_PER_CTA=w, UNROLL=u) for r in (1, 2, 4) for w, u in shape_of_cta]
+m16 = m4[:7]
+m64 = [dict(ROWS_PER_WARP=1, WARPS_PER_CTA=w, UNROLL=u) for w, u in ((4, 2), (8, 4))]
 items = [{"file": F, "slot": "dense_gemm", "language": "cute", "shapes": [shape], "batch_sizes": [m],
-          "configs": wide if shape == "o_proj" else narrow}
-         for shape in ("o_proj", "q_b_proj", "fused_qkv_a") for m in (4, 16)]
+          "configs": {4: m4, 16: m16, 64: m64}[m]}
+         for shape in SHAPES for m in (4, 16, 64)]
 plan = {"deployment": {"spec": "kimi-k2-like", "tp": 8, "batch_sizes": [1, 2, 4, 16, 64]}, "variants": items}
 json.dump(plan, open("bench/plans/h200_warp_gemv_zk.json", "w"), indent=1)
 print(sum(len(i["configs"]) for i in items), "runs")

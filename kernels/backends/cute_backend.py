@@ -147,11 +147,11 @@ class CuteBackend:
             if not callable(fn):
                 raise CompileError(f"build() returned {type(fn).__name__}, not a callable")
             if ptx is None:  # evidence and the claims check: one more compile, cached by key
-                ptx = self._aot_ptx(module, config, shape, arch)
+                ptx = self.aot_ptx(module, config, shape, arch)
         else:
             fn = None
             if ptx is None:
-                ptx = self._aot_ptx(module, config, shape, AOT_ARCH)
+                ptx = self.aot_ptx(module, config, shape, AOT_ARCH)
         if ptx is not None:
             verify_claims(ptx, claims_for(module, config, shape))
         seconds = time.perf_counter() - t0
@@ -163,7 +163,7 @@ class CuteBackend:
                                   _trim_ptx(ptx), seconds, hit is not None)
         return Built(fn=fn, ptx=_trim_ptx(ptx), compile_seconds=seconds, cache_hit=hit is not None)
 
-    def _aot_ptx(self, module: types.ModuleType, config: dict[str, Any], shape: dict[str, Any],
+    def aot_ptx(self, module: types.ModuleType, config: dict[str, Any], shape: dict[str, Any],
                  arch: str) -> str | None:
         target = getattr(module, "compile_target", None)
         own = getattr(module, "compile_ptx", None)
