@@ -20,8 +20,9 @@ HW=${HW:-h200}
 if [ -n "${KT_REQUIRE_HW:-}" ] && [ "$HW" != "$KT_REQUIRE_HW" ]; then
   echo "== this card is $HW, the session needs $KT_REQUIRE_HW: stopped" >> "$L"; cat "$L"; exit 3
 fi
+RESUME=(--resume-db "$DB"); [ "$DB" = none ] && RESUME=()  # KT_RESUME_DB=none: a fresh service DB
 run timeout "$S" python3 bench/service_tuning.py --plan "$PLAN" --hardware "$HW" --what "$WHAT" \
-    --workers "${KT_WORKERS:-12}" --export --budget-s "$(( S - 45 ))" --resume-db "$DB" \
+    --workers "${KT_WORKERS:-12}" --export --budget-s "$(( S - 45 ))" "${RESUME[@]}" \
     --data-dir "/tmp/kt-service-$WHAT" --out "$OUT"
 rm -f "$OUT"/*.md
 W=$(ls -t "$OUT"/*-"$WHAT".json | head -n1)
