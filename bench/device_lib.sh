@@ -2,7 +2,8 @@
 # Sets up the log under $OUT and gives run (a logged step), pr (pipeline_runs with its table
 # dropped: the device returns at most 8 files, the .md is rebuilt here by bench/render_tables.py)
 # use_plan (set PLAN for bench/service_tuning.py) and selftest_exported (install each exported wheel apart
-# from kerneltune and run its self-test; KT_SELFTEST_ARGS, e.g. "--slot dense_gemm", narrows it).
+# from kerneltune and run its self-test; KT_SELFTEST_ARGS, e.g. "--slot dense_gemm", narrows it; KT_WHEEL_DIR
+# takes the wheels from there instead of $OUT).
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PYTHONUNBUFFERED=1 KT_DATA_DIR=/tmp/kt
@@ -13,7 +14,7 @@ run() { echo "== $(date +%T) $*" >> "$L"; "$@" >> "$L" 2>&1; echo "== exit $? $(
 pr() { run timeout "$1" python3 bench/pipeline_runs.py --parallel "$2" --timeout 90 --out "$OUT" "${@:3}"; rm -f "$OUT"/*.md; }
 selftest_exported() {
   local whl pkg
-  for whl in "$OUT"/*.whl; do
+  for whl in "${KT_WHEEL_DIR:-$OUT}"/*.whl; do  # KT_WHEEL_DIR: wheels carried in, not built here
     [ -e "$whl" ] || continue
     pkg=$(basename "$whl" | cut -d- -f1)
     run python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/exported "$whl"
