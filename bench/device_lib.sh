@@ -17,6 +17,8 @@ selftest_exported() {
   for whl in "${KT_WHEEL_DIR:-$OUT}"/*.whl; do  # KT_WHEEL_DIR: wheels carried in, not built here
     [ -e "$whl" ] || continue
     pkg=$(basename "$whl" | cut -d- -f1)
+    # a fresh target: pip --target keeps an existing package (a warm machine's earlier wheel) without --upgrade
+    rm -rf /tmp/exported
     run python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/exported "$whl"
     # from /tmp with only the wheel on the path (and KT_SELFTEST_PATH: CuTe DSL where a winner is a CuTe
     # kernel, exported as source): the package must run without kerneltune
