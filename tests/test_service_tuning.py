@@ -20,13 +20,15 @@ MOE = "kernels/variants/torch/moe_experts_gather_bmm.py"
 
 
 def tune(tmp_path: Path, name: str, plan: dict, *extra: str) -> dict:
+    # The budget is a deadline, not a speed target: the plan ends when its jobs and searches do (about 45 s here
+    # alone); a CI machine busy with the other tests once took more than 240 s and cancelled the search.
     (tmp_path / f"{name}.json").write_text(json.dumps(plan))
     out = subprocess.run([sys.executable, "bench/service_tuning.py", "--plan", str(tmp_path / f"{name}.json"),
-                          "--hardware", "cpu", "--device", "cpu", "--what", name, "--workers", "2", "--budget-s", "240",
+                          "--hardware", "cpu", "--device", "cpu", "--what", name, "--workers", "2", "--budget-s", "600",
                           "--data-dir", str(tmp_path / f"data-{name}"), "--out", str(tmp_path / "out"),
                           "--port", str(free_port()), *extra],
                          cwd=REPO, env={**os.environ, "KT_LOG_FORMAT": "plain"}, capture_output=True, text=True,
-                         timeout=400)
+                         timeout=900)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     [doc] = [json.loads(p.read_text()) for p in (tmp_path / "out").glob(f"*-cpu-{name}.json")]
     return doc
