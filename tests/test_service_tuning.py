@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.servers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,6 +36,7 @@ def tune(tmp_path: Path, name: str, plan: dict, *extra: str) -> dict:
     return doc
 
 
+@pytest.mark.timeout(1500)  # two plans, each with tune()'s deadline
 def test_plan_searches_and_resumes_from_an_earlier_db(tmp_path: Path) -> None:
     deployment = {"spec": "tiny-moe", "tp": 1, "batch_sizes": [1, 4]}
     moe = tmp_path / "moe_experts_gather_bmm.py"  # a shipped file, edited between the two sessions
