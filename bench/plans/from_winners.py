@@ -27,13 +27,16 @@ from service.search_runner import inherit  # noqa: E402
 
 def port_items(results: dict[str, Any]) -> list[dict[str, Any]]:
     files = {int(k): v for k, v in results["variant_files"].items()}
+    spaces: dict[str, ConfigSpace] = {}  # each file's space as it is now, parsed once
     grouped: dict[tuple[str, str, str, str, int], list[dict[str, Any]]] = {}
     for w in results["winners"]:
         ev = w.get("evidence") or {}
         if w["is_stock"] or not ev.get("config"):
             continue
         file = files[ev["variant_id"]]
-        space = ConfigSpace.parse(declared_space((REPO / file).read_text()) or {})
+        if file not in spaces:
+            spaces[file] = ConfigSpace.parse(declared_space((REPO / file).read_text()) or {})
+        space = spaces[file]
         config = inherit(dict(ev["config"]), space) if space.params else dict(ev["config"])
         key = (file, w["slot"], ev["language"], w["shape_name"], int(ev["m"]))
         if config not in grouped.setdefault(key, []):

@@ -4,18 +4,16 @@
 # DB: each starts from the configs that ran on the H100 (the ported H200 winners) and goes on with TPE.
 import json
 T = "kernels/variants/triton/"
-def search(file, shape, ms, evals, seed, lang="triton"):
-    return {"file": file, "slot": "dense_gemm" if "dense" in file else "shared_expert", "language": lang,
-            "shapes": [shape], "batch_sizes": ms,
+def search(file, slot, shape, ms, evals, seed, lang="triton"):
+    return {"file": file, "slot": slot, "language": lang, "shapes": [shape], "batch_sizes": ms,
             "search": {"strategy": "transfer", "budget": {"max_evals": evals}, "batch_size": 4, "seed": seed}}
-items = [search(T + "dense_gemm_gemv.py", "q_b_proj", [4], 16, 1),
-         search(T + "dense_gemm_gemv.py", "fused_qkv_a", [1], 16, 2),
-         search(T + "dense_gemm_gemv.py", "fused_qkv_a", [4], 16, 3),
-         search(T + "dense_gemm_splitk.py", "q_b_proj", [16], 16, 4),
-         search(T + "dense_gemm_splitk.py", "fused_qkv_a", [16], 16, 5),
-         search(T + "shared_expert_fused.py", "shared_expert", [64], 12, 6),
-         search("kernels/variants/cute/dense_gemm_warp_gemv.py", "q_b_proj", [1], 8, 7, "cute")]
-items[-1]["slot"] = "dense_gemm"
+items = [search(T + "dense_gemm_gemv.py", "dense_gemm", "q_b_proj", [4], 16, 1),
+         search(T + "dense_gemm_gemv.py", "dense_gemm", "fused_qkv_a", [1], 16, 2),
+         search(T + "dense_gemm_gemv.py", "dense_gemm", "fused_qkv_a", [4], 16, 3),
+         search(T + "dense_gemm_splitk.py", "dense_gemm", "q_b_proj", [16], 16, 4),
+         search(T + "dense_gemm_splitk.py", "dense_gemm", "fused_qkv_a", [16], 16, 5),
+         search(T + "shared_expert_fused.py", "shared_expert", "shared_expert", [64], 12, 6),
+         search("kernels/variants/cute/dense_gemm_warp_gemv.py", "dense_gemm", "q_b_proj", [1], 8, 7, "cute")]
 plan = {"deployment": {"spec": "kimi-k2-like", "tp": 8, "batch_sizes": [1, 2, 4, 16, 64]}, "variants": items}
 json.dump(plan, open("bench/plans/h100_dense_search_a.json", "w"), indent=1)
 print(sum(i["search"]["budget"]["max_evals"] for i in items), "evaluations at most")

@@ -164,7 +164,7 @@ class CuteBackend:
         return Built(fn=fn, ptx=_trim_ptx(ptx), compile_seconds=seconds, cache_hit=hit is not None)
 
     def aot_ptx(self, module: types.ModuleType, config: dict[str, Any], shape: dict[str, Any],
-                 arch: str) -> str | None:
+                arch: str) -> str | None:
         target = getattr(module, "compile_target", None)
         own = getattr(module, "compile_ptx", None)
         try:
