@@ -1,0 +1,95 @@
+"""The CuTe K-split GEMV (kernels/variants/cute/dense_gemm_ksplit_gemv.py) on a machine with no GPU: its sm_90a
+build through the CuTe backend, what its PTX shows (every W load of a CTA before the first FMA when UNROLL
+covers the K range, one barrier, no spills) and the constraints that keep each thread's K steps whole.
+Its numbers are checked on the GPU by the service's own check stage at every batch size a plan runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels.backends import compile_cache
+from kernels.backends.base import NeedsDevice, load_module
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIANT = ROOT / "kernels/variants/cute/dense_gemm_ksplit_gemv.py"
+PLAN = ROOT / "bench/plans/ksplit_gemv_zl.json"
+FUSED_QKV_A = {"N": 2112, "K": 7168}
+
+
+def shape(m: int, N: int, K: int) -> dict:  # noqa: N803 - the dims by their slot names
+    return {"N": N, "K": K, "M": m, "slot": "dense_gemm", "name": "test", "dtype": "bfloat16"}
+
+
+@pytest.fixture()
+def mod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(compile_cache.ENV, str(tmp_path / "cache"))
+    return load_module(VARIANT.read_text(), f"kt_test_ksplit_{tmp_path.name}", str(tmp_path / "ksplit.py"))
+
+
+def ptx_of(mod, config: dict, shp: dict) -> str:
+    from kernels.backends.cute_backend import CuteBackend
+
+    with pytest.raises(NeedsDevice) as built:
+        CuteBackend().build(mod, config, shp, torch.device("cpu"))
+    return built.value.ptx
+
+
+def test_builds_for_sm90a_with_its_claims(mod) -> None:
+    ptx = ptx_of(mod, {"ROWS": 2, "KWARPS": 3, "UNROLL": 2}, shape(3, 96, 1536))
+    assert ".target sm_90a" in ptx
+    assert all(c in ptx for c in mod.CLAIMS["ptx_contains"])
+
+
+@pytest.mark.parametrize(("config", "m", "w_loads"), [
+    ({"ROWS": 4, "KWARPS": 7, "UNROLL": 4}, 4, 16),   # 28 steps / 7 warps = 4 a thread, x 4 rows: one round trip
+    ({"ROWS": 2, "KWARPS": 14, "UNROLL": 2}, 1, 4),
+])
+def test_a_thread_issues_its_whole_w_range_before_the_first_fma(mod, config: dict, m: int, w_loads: int) -> None:
+    ptx = ptx_of(mod, config, shape(m, **FUSED_QKV_A))
+    body = [ln.strip() for ln in ptx.splitlines()]
+    first_fma = next(i for i, ln in enumerate(body) if ln.startswith("fma."))
+    w_before = sum(1 for ln in body[:first_fma] if ln.startswith("ld.global") and ".v4" in ln)
+    # the W vectors plus at most one x vector (the first step's x, loaded before its FMAs)
+    assert w_loads <= w_before <= w_loads + 1, (w_before, w_loads)
+    # every FMA of the K range is there, unrolled: M * ROWS * 8 per step
+    steps = FUSED_QKV_A["K"] // 8 // (32 * config["KWARPS"])
+    assert sum(1 for ln in body if ln.startswith("fma.")) == m * config["ROWS"] * 8 * steps
+    assert len(re.findall(r"\bbar\.sync\b", ptx)) == 1
+
+
+@pytest.mark.parametrize(("config", "shp", "rule"), [
+    ({"ROWS": 4, "KWARPS": 8, "UNROLL": 1}, shape(4, **FUSED_QKV_A), "(K // 8) % (32 * KWARPS) == 0"),  # 3.5 steps
+    ({"ROWS": 8, "KWARPS": 7, "UNROLL": 4}, shape(16, **FUSED_QKV_A), "M * ROWS <= 64"),
+    ({"ROWS": 8, "KWARPS": 2, "UNROLL": 8}, shape(1, **FUSED_QKV_A), "ROWS * UNROLL <= 32"),
+    ({"ROWS": 1, "KWARPS": 14, "UNROLL": 4}, shape(1, **FUSED_QKV_A), "UNROLL <= K // (256 * KWARPS)"),
+    ({"ROWS": 3, "KWARPS": 1, "UNROLL": 1}, shape(1, 1024, 256), "N % ROWS == 0"),
+])
+def test_constraints_refuse_ragged_or_register_hungry_configs(mod, config: dict, shp: dict, rule: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(rule)):
+        mod._params(config, shp)
+
+
+def test_the_zl_plan_is_whole_steps_and_one_or_two_round_trips(mod) -> None:
+    from kernels.deployment import Deployment
+    from kernels.slots.dense_gemm import DenseGemm
+
+    plan = json.loads(PLAN.read_text())
+    # the shapes the service builds the plan's jobs for
+    shapes = {s.name: s for s in DenseGemm().shapes(Deployment(**plan["deployment"]))}
+    runs = 0
+    for item in plan["variants"]:
+        assert item["file"] == str(VARIANT.relative_to(ROOT))
+        for name in item["shapes"]:
+            for m in item["batch_sizes"]:
+                for config in item["configs"]:
+                    shp = shapes[name].as_build_arg(m)
+                    mod._params(config, shp)  # raises on a broken constraint
+                    steps = shp["K"] // 8 // (32 * config["KWARPS"])
+                    assert -(-steps // config["UNROLL"]) <= 2, (name, config)
+                    runs += 1
+    assert runs == 72
