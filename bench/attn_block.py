@@ -11,7 +11,7 @@ one run, kernel launches counted with torch.profiler (as bench/moe_block.py):
 - ``stock_fused_norm``: the same with torch's one-op norms (F.rms_norm; the add then the norm), nearest to
   vLLM's CUDA fused_add_rms_norm / rms_norm + cuBLAS;
 - ``tuned``: the slot kernels a tuning results file's winners name: add_rmsnorm_fused, the dense_gemm
-  winner for fused_qkv_a at this M (Triton GEMV or split-K; cuBLAS where stock kept the bucket),
+  winner for fused_qkv_a at this M (a Triton or CuTe DSL kernel; cuBLAS where stock kept the bucket),
   rmsnorm_gemm_fused (q_a_layernorm folded into q_b_proj), and F.rms_norm for the kv latent.
 The tuned outputs are compared with the stock ones (rel-L2 per output).
 
@@ -37,28 +37,34 @@ from results_files import tuned_winners  # noqa: E402
 
 K2_TP8 = (7168, 1536, 512, 64, 1536)  # hidden, q_lora_rank, kv_lora_rank, rope dim, heads/TP x (128 + 64)
 EPS = 1e-6
-TRITON = REPO / "kernels" / "variants" / "triton"
+VARIANTS = REPO / "kernels" / "variants"
 BLOCK_FILES = {"add_rmsnorm": "add_rmsnorm_fused", "rmsnorm_gemm": "rmsnorm_gemm_fused"}
-GEMM_FILES = ("dense_gemm_gemv", "dense_gemm_splitk", "dense_gemm_swapab")  # Triton winners of fused_qkv_a this block can run
+# the fused_qkv_a winners this block can run: Triton's, and CuTe DSL's (x, w, out) GEMVs
+GEMM_FILES = ("dense_gemm_gemv", "dense_gemm_splitk", "dense_gemm_swapab", "dense_gemm_warp_gemv",
+              "dense_gemm_ksplit_gemv")
 
 
 def load(stem: str):
-    spec = importlib.util.spec_from_file_location(f"_attn_{stem}", TRITON / f"{stem}.py")
+    path = next(p for p in (VARIANTS / "triton" / f"{stem}.py", VARIANTS / "cute" / f"{stem}.py") if p.exists())
+    spec = importlib.util.spec_from_file_location(f"_attn_{stem}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
 def configs_from_tuning(path: str) -> dict[str, dict[str, list]]:
-    """{"add_rmsnorm" | "rmsnorm_gemm" | "fused_qkv_a": {M: [file stem, config]}} from a results file's winners."""
+    """{"add_rmsnorm" | "rmsnorm_gemm" | "fused_qkv_a": {M: [file stem, config]}} from a results file's winners.
+    A winner from a file this block cannot run is an error: timing another bucket's kernel in its place would
+    report a block the table does not hold."""
     keys = {"add_rmsnorm/add_rmsnorm_hidden": "add_rmsnorm", "rmsnorm_gemm/q_a_norm_q_b_proj": "rmsnorm_gemm",
             "dense_gemm/fused_qkv_a": "fused_qkv_a"}
     out: dict[str, dict[str, list]] = {}
     for key, by_m in tuned_winners(path, keys.__contains__).items():
         name = keys[key]
         for m, (stem, config) in by_m.items():
-            if stem in (BLOCK_FILES.get(name), *GEMM_FILES):
-                out.setdefault(name, {})[str(m)] = [stem, config]
+            if stem not in (BLOCK_FILES.get(name), *GEMM_FILES):
+                raise SystemExit(f"{path}: {name} at M={m} was won by {stem}, which bench/attn_block.py cannot run")
+            out.setdefault(name, {})[str(m)] = [stem, config]
     return out
 
 

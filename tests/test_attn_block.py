@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
@@ -48,3 +50,21 @@ def test_tuned_kernels_come_from_the_final_table() -> None:
     assert sorted(configs["rmsnorm_gemm"], key=int) == ["1", "4", "16"]
     assert attn_block.pick(configs, "fused_qkv_a", 8, None) == configs["fused_qkv_a"]["4"]
     assert attn_block.pick({}, "fused_qkv_a", 1, None) == [None, {}]  # no winner: cuBLAS
+
+
+def test_a_cute_winner_is_run_and_an_unknown_file_is_refused(tmp_path: Path) -> None:
+    import attn_block
+
+    # the H100 table where the CuTe K-split GEMV won fused_qkv_a at M = 1 and 4 (an earlier version of this
+    # script dropped those winners and timed the 9-16 bucket's split-K kernel in their place)
+    results = REPO / "bench/results/2026-12-05-h100-decode-tuning-h100-zl.json"
+    configs = attn_block.configs_from_tuning(str(results))
+    assert configs["fused_qkv_a"]["1"][0] == configs["fused_qkv_a"]["4"][0] == "dense_gemm_ksplit_gemv"
+    assert attn_block.load("dense_gemm_ksplit_gemv").__file__.endswith("variants/cute/dense_gemm_ksplit_gemv.py")
+    doc = json.loads(results.read_text())
+    vid = next(v for v, f in doc["variant_files"].items() if f.endswith("dense_gemm_ksplit_gemv.py"))
+    doc["variant_files"][vid] = "kernels/variants/cute/some_new_gemv.py"
+    renamed = tmp_path / "renamed.json"
+    renamed.write_text(json.dumps(doc))
+    with pytest.raises(SystemExit, match="won by some_new_gemv, which bench/attn_block.py cannot run"):
+        attn_block.configs_from_tuning(str(renamed))
