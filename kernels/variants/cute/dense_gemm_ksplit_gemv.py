@@ -25,6 +25,12 @@ per thread in registers.
 
 Shapes are compile-time constants (a build is per (N, K, M)), and the kernel takes raw pointers, as in
 dense_gemm_warp_gemv.py.
+
+Measured on a lent H100 through the service (bench/results/2026-12-05-h100-decode-tuning-h100-zl.md, 72 runs, all
+passed the check), against the previous best kernel of the H100's table and cuBLAS in the same child: it won all six
+buckets it entered. fused_qkv_a M = 1 11.85 us (85% of the H100's floor; was 12.59), M = 4 13.37 (13.39);
+q_b_proj M = 1 3.79 (4.48), M = 4 4.42 (4.67); o_proj M = 1 6.98 (7.32), M = 4 7.92 vs cuBLAS 8.14 (cuBLAS had
+kept that bucket). The winners at M = 1 are the one-round-trip configs (UNROLL covers the thread's K steps).
 """
 # No `from __future__ import annotations`: CuTe DSL reads cutlass.Constexpr annotations as objects.
 
