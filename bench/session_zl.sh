@@ -25,7 +25,7 @@ if command -v ncu > /dev/null; then
   K=kernels/variants/cute/dense_gemm_ksplit_gemv.py
   G=kernels/variants/triton/dense_gemm_gemv.py
   echo "== $(date +%T) bench/ncu_dense.py" >> "$OUT/run.log"
-  timeout 200 python3 bench/ncu_dense.py --out "$OUT" \
+  timeout "${KT_NCU_S:-150}" python3 bench/ncu_dense.py --out "$OUT" \
     --item "fused_qkv_a:1:$K:{\"ROWS\": 1, \"KWARPS\": 14, \"UNROLL\": 2}" --item fused_qkv_a:1:stock \
     --item "fused_qkv_a:4:$K:{\"ROWS\": 4, \"KWARPS\": 4, \"UNROLL\": 4}" --item fused_qkv_a:4:stock \
     --item "fused_qkv_a:4:$G:{\"BLOCK_M\": 4, \"BLOCK_N\": 4, \"BLOCK_K\": 512, \"SPLIT_K\": 1, \"num_warps\": 4, \"num_stages\": 4}" \
