@@ -62,6 +62,15 @@ def test_a_thread_issues_its_whole_w_range_before_the_first_fma(mod, config: dic
     assert len(re.findall(r"\bbar\.sync\b", ptx)) == 1
 
 
+@pytest.mark.parametrize(("config", "m", "stores"), [
+    ({"ROWS": 4, "KWARPS": 1, "UNROLL": 4}, 16, 2),   # 64 outputs, 32 threads: two each
+    ({"ROWS": 2, "KWARPS": 4, "UNROLL": 1}, 4, 1),    # 8 outputs, 128 threads
+])
+def test_every_output_has_a_thread_that_stores_it(mod, config: dict, m: int, stores: int) -> None:
+    ptx = ptx_of(mod, config, shape(m, 7168, 1024))  # o_proj
+    assert len(re.findall(r"^\s*st\.global\.b16", ptx, re.M)) == stores
+
+
 @pytest.mark.parametrize(("config", "shp", "rule"), [
     ({"ROWS": 4, "KWARPS": 8, "UNROLL": 1}, shape(4, **FUSED_QKV_A), "(K // 8) % (32 * KWARPS) == 0"),  # 3.5 steps
     ({"ROWS": 8, "KWARPS": 7, "UNROLL": 4}, shape(16, **FUSED_QKV_A), "M * ROWS <= 64"),

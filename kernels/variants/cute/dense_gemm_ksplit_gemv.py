@@ -15,8 +15,8 @@ inside the CTA, so its reduction is a shared-memory one:
   round trip per CTA), then each x row's vector of the same K positions is loaded once and multiplied into
   all ROWS rows (x is tiny and L1/L2 resident);
 - per (m, row): fp32 partials per lane, a butterfly shuffle inside the warp, lane 0 stores the warp's sum in
-  shared memory, one CTA barrier, and thread i < M * ROWS sums the KWARPS warp sums in warp order
-  (deterministic) and writes bf16 out.
+  shared memory, one CTA barrier, and thread i sums output i's KWARPS warp sums in warp order (deterministic)
+  and writes it as bf16 (and output i + 32 * KWARPS, ..., where a CTA has fewer threads than its M * ROWS outputs).
 Every output element is written on every call by exactly one thread; inputs are never written.
 
 CUDA-core math: M * 8 FMAs per 16-byte W vector, so M <= 8 is the target (at M = 16 the FMAs alone take about
@@ -112,11 +112,14 @@ def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor,
             if lane == 0:
                 red[warp, m * ROWS + r] = v
     cute.arch.sync_threads()
-    if tidx < M * ROWS:
-        total = cutlass.Float32(0.0)
-        for w in cutlass.range_constexpr(KWARPS):
-            total = total + red[w, tidx]
-        mO[tidx // ROWS, n0 + tidx % ROWS] = total.to(cutlass.BFloat16)
+    # M * ROWS outputs over WARP * KWARPS threads: more than one each when a CTA has fewer threads than outputs
+    for j in cutlass.range_constexpr((M * ROWS + stride - 1) // stride):
+        i = tidx + j * stride
+        if i < M * ROWS:
+            total = cutlass.Float32(0.0)
+            for w in cutlass.range_constexpr(KWARPS):
+                total = total + red[w, i]
+            mO[i // ROWS, n0 + i % ROWS] = total.to(cutlass.BFloat16)
 
 
 @cute.jit
