@@ -169,12 +169,14 @@ def main(argv: list[str] | None = None) -> int:
            "commit": os.environ.get("KT_COMMIT") or git_commit(),
            "command": "bench/ncu_dense.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
            "items": items}
-    stem = f"{dt.date.today().isoformat()}-{device.split()[1].lower() if len(device.split()) > 1 else 'gpu'}-ncu-dense"
+    # the header's (UTC) date names the file, so the name and the header never disagree
+    stem = f"{doc['date'][:10]}-{device.split()[1].lower() if len(device.split()) > 1 else 'gpu'}-ncu-dense"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    table = markdown(doc)
     (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
-    (out / f"{stem}.md").write_text(markdown(doc))
-    print(markdown(doc))
+    (out / f"{stem}.md").write_text(table)
+    print(table)
     return 0
 
 

@@ -90,14 +90,13 @@ def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor,
     stride = WARP * KWARPS
     steps = K // VEC // stride                      # a Python int: the constraints make it whole
     for c in cutlass.range_constexpr((steps + UNROLL - 1) // UNROLL):
-        n_s = min(UNROLL, steps - c * UNROLL)
+        # this chunk's vector indices of the thread: all its W loads are issued before the FMAs below
+        kvs = [tidx + (c * UNROLL + s) * stride for s in range(min(UNROLL, steps - c * UNROLL))]
         ws = []
-        for s in cutlass.range_constexpr(n_s):
-            kv = tidx + (c * UNROLL + s) * stride
+        for kv in kvs:
             for r in cutlass.range_constexpr(ROWS):
                 ws.append(gW[(None, (n0 + r, kv))].load().to(cutlass.Float32))
-        for s in cutlass.range_constexpr(n_s):
-            kv = tidx + (c * UNROLL + s) * stride
+        for s, kv in enumerate(kvs):
             for m in cutlass.range_constexpr(M):
                 xv = gX[(None, (m, kv))].load().to(cutlass.Float32)
                 for r in cutlass.range_constexpr(ROWS):
