@@ -27,8 +27,9 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -140,11 +141,31 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def profile_items(items: list[dict[str, Any]], run: Callable[[dict[str, Any]], str],
+                  budget_s: float | None) -> None:
+    """Fill each item's kernels (or its error) from `run`, ncu's CSV of that item, in order; once budget_s
+    seconds have passed no further item is started."""
+    t0 = time.monotonic()
+    for it in items:
+        if budget_s is not None and time.monotonic() - t0 > budget_s:
+            it["kernels"], it["error"] = [], f"not started: the {budget_s:g} s budget was spent"
+            continue
+        try:
+            it["kernels"] = kernels_of(run(it))
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:  # one item's failure loses no other
+            it["kernels"], it["error"] = [], f"{type(exc).__name__}: {str(exc)[-3000:]}"
+        if not it["kernels"] and "error" not in it:
+            it["error"] = "ncu profiled no kernel in the item's range"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--item", action="append", default=[], help="SHAPE:M:stock or SHAPE:M:FILE:CONFIG_JSON")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="start no item after this many seconds (the rest are listed as not profiled), so a "
+                         "caller's timeout still finds the files written")
     args = ap.parse_args(argv)
     if args.child:
         child(json.loads(args.child))
@@ -157,13 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     from search.landscape import git_commit
 
     items = [parse_item(t) for t in args.item]
-    for it in items:
-        try:
-            it["kernels"] = kernels_of(profile(it, ncu))
-        except (RuntimeError, subprocess.TimeoutExpired) as exc:  # one item's failure loses no other
-            it["kernels"], it["error"] = [], f"{type(exc).__name__}: {str(exc)[-3000:]}"
-        if not it["kernels"] and "error" not in it:
-            it["error"] = "ncu profiled no kernel in the item's range"
+    profile_items(items, lambda it: profile(it, ncu), args.budget_s)
     device = torch.cuda.get_device_name(0)
     doc = {"date": dt.datetime.now(dt.timezone.utc).isoformat(), "device": device,
            "commit": os.environ.get("KT_COMMIT") or git_commit(),

@@ -68,3 +68,11 @@ def test_a_cute_winner_is_run_and_an_unknown_file_is_refused(tmp_path: Path) -> 
     renamed.write_text(json.dumps(doc))
     with pytest.raises(SystemExit, match="won by some_new_gemv, which bench/attn_block.py cannot run"):
         attn_block.configs_from_tuning(str(renamed))
+
+
+def test_every_triton_and_cute_dense_gemm_file_is_one_the_block_can_run() -> None:
+    """A new dense_gemm kernel that wins fused_qkv_a must not stop the block (it refuses files it does not know)."""
+    import attn_block
+
+    stems = {p.stem for lang in ("triton", "cute") for p in (REPO / "kernels/variants" / lang).glob("dense_gemm_*.py")}
+    assert stems == set(attn_block.GEMM_FILES)

@@ -45,3 +45,21 @@ def test_details_csv_becomes_per_kernel_metrics_and_a_table() -> None:
 def test_a_csv_of_another_layout_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="lacks"):
         ncu_dense.kernels_of('"ID","Kernel Name","Value"\n"0","k","1"\n')
+
+
+def test_items_after_the_budget_are_listed_not_profiled_and_a_failed_item_loses_no_other() -> None:
+    items = [ncu_dense.parse_item(t) for t in ("fused_qkv_a:1:stock", "o_proj:4:stock", "q_b_proj:1:stock")]
+    ran = []
+
+    def run(it: dict) -> str:
+        ran.append(it["shape"])
+        if it["shape"] == "fused_qkv_a":
+            raise RuntimeError("ncu exited 1")
+        return CSV
+
+    ncu_dense.profile_items(items, run, budget_s=None)
+    assert ran == ["fused_qkv_a", "o_proj", "q_b_proj"]
+    assert items[0]["error"].startswith("RuntimeError: ncu exited 1") and len(items[1]["kernels"]) == 2
+    ran.clear()
+    ncu_dense.profile_items(items, run, budget_s=-1.0)  # spent before the first item
+    assert ran == [] and all(it["error"].startswith("not started") for it in items)
