@@ -1,7 +1,8 @@
 """The CuTe tensor-core GEMV (kernels/variants/cute/dense_gemm_mma_gemv.py) on a machine with no GPU: its sm_90a
 build through the CuTe backend and what its PTX shows: the MMA count (two per W vector pair and n-tile), the load
-count (W and x vectors, each once), the fragments taken straight from the loads' registers, the optional L2
-prefetch of every W line once, one barrier, one store per output, and the constraints. Its numbers are checked on
+count (W and x vectors, each once), the fragments taken straight from the loads' registers in both orientations
+(W as the MMA's A operand in 16-row tiles, or as its B operand in 8-row tiles), one barrier, one store per output,
+and the constraints. Its numbers are checked on
 the GPU by the service's own check stage at every batch size a plan runs."""
 
 from __future__ import annotations
@@ -46,56 +47,64 @@ def lines(ptx: str) -> list[str]:
     return [ln.strip() for ln in ptx.splitlines()]
 
 
-@pytest.mark.parametrize(("config", "m"), [
-    ({"RT": 1, "KWARPS": 14, "UNROLL": 16, "PREFETCH": 0}, 16),   # 16 steps a warp, two n-tiles
-    ({"RT": 2, "KWARPS": 7, "UNROLL": 8, "PREFETCH": 1}, 4),      # 32 steps in 4 chunks, one n-tile
-    ({"RT": 1, "KWARPS": 8, "UNROLL": 8, "PREFETCH": 0}, 1),
+@pytest.mark.parametrize(("config", "m", "w_vectors", "mmas"), [
+    # W as A: rows g, g + 8 of a 16-row tile; an MMA per K half and n-tile (8 columns of M)
+    ({"WROWS": 16, "RT": 1, "KWARPS": 14, "UNROLL": 16}, 16, 2, 2 * 2),
+    ({"WROWS": 16, "RT": 2, "KWARPS": 7, "UNROLL": 8}, 4, 4, 2 * 2),
+    # W as B: row g of an 8-row tile; x rows g, g + 8 are A (rows 8-15 are zeros when M <= 8)
+    ({"WROWS": 8, "RT": 1, "KWARPS": 14, "UNROLL": 16}, 16, 1, 2),
+    ({"WROWS": 8, "RT": 2, "KWARPS": 28, "UNROLL": 8}, 1, 2, 2 * 2),
 ])
-def test_one_mma_pair_per_w_vector_pair_and_n_tile_and_every_vector_loaded_once(mod, config: dict, m: int) -> None:
+def test_mmas_per_step_and_every_vector_loaded_once(mod, config: dict, m: int, w_vectors: int, mmas: int) -> None:
     ptx = ptx_of(mod, config, shape(m, **FUSED_QKV_A))
     assert ".target sm_90a" in ptx and all(c in ptx for c in mod.CLAIMS["ptx_contains"])
     body = lines(ptx)
     steps = FUSED_QKV_A["K"] // 32 // config["KWARPS"]
-    nt = 1 if m <= 8 else 2
-    # two MMAs (K slots of elements 0-3, then 4-7) per row tile, n-tile and step
-    assert sum(ln.startswith("mma.sync") for ln in body) == 2 * config["RT"] * nt * steps
-    # W: rows g and g + 8 of each row tile per step; x: one vector per n-tile per step
-    assert sum(ln.startswith("ld.global") and ".v4" in ln for ln in body) == (2 * config["RT"] + nt) * steps
+    x_vectors = (m + 7) // 8    # one x vector per 8-row group of M per step
+    assert sum(ln.startswith("mma.sync") for ln in body) == mmas * steps
+    assert sum(ln.startswith("ld.global") and ".v4" in ln for ln in body) == (w_vectors + x_vectors) * steps
     assert len(re.findall(r"\bbar\.sync\b", ptx)) == 1
     assert ".local" not in ptx
 
 
-def test_the_fragments_are_the_load_registers_themselves(mod) -> None:
-    """A's four registers are bf16 pairs 0-1 of W rows g and g + 8, then pairs 2-3; B's are x's pairs 0-1, 2-3:
-    the permuted-K map that makes a 16-byte load an operand with no shuffling."""
-    ptx = ptx_of(mod, {"RT": 1, "KWARPS": 14, "UNROLL": 16, "PREFETCH": 0}, shape(1, **FUSED_QKV_A))
+def mma_operands(ptx: str) -> tuple[dict, list[str], list[str]]:
+    """The first MMA's A and B registers, and each v4 load's registers by (base register, byte offset)."""
     loads = re.findall(r"ld\.global\.v4\.u32\s+\{(%r\d+), (%r\d+), (%r\d+), (%r\d+)\}, \[(%rd\d+)(?:\+(\d+))?\]",
                        ptx)
     mma = re.search(re.escape(MMA) + r"\s*\{[^}]*\},\s*\{([^}]*)\},\s*\{([^}]*)\}", ptx)
     assert mma, "no mma.sync in the PTX"
-    a_regs = [r.strip() for r in mma.group(1).split(",")]
-    b_regs = [r.strip() for r in mma.group(2).split(",")]
     by_offset = {(base, int(off or 0)): regs for *regs, base, off in loads}
-    w_base = min(base for base, _ in by_offset if (base, 114688) in by_offset)  # row g + 8 is 8 rows of K on
-    w_lo, w_hi = by_offset[(w_base, 0)], by_offset[(w_base, 114688)]
+    return by_offset, [r.strip() for r in mma.group(1).split(",")], [r.strip() for r in mma.group(2).split(",")]
+
+
+ROW8 = 8 * FUSED_QKV_A["K"] * 2  # bytes from row g to row g + 8 of W (or of x, which has the same K)
+
+
+def test_w_as_a_the_fragments_are_the_load_registers_themselves(mod) -> None:
+    """A's four registers are bf16 pairs 0-1 of W rows g and g + 8, then pairs 2-3; B's are x's pairs 0-1, 2-3:
+    the permuted-K map that makes a 16-byte load an operand with no shuffling."""
+    by_offset, a_regs, b_regs = mma_operands(
+        ptx_of(mod, {"WROWS": 16, "RT": 1, "KWARPS": 14, "UNROLL": 16}, shape(1, **FUSED_QKV_A)))
+    w_base = min(base for base, _ in by_offset if (base, ROW8) in by_offset)
+    w_lo, w_hi = by_offset[(w_base, 0)], by_offset[(w_base, ROW8)]
     assert a_regs == [w_lo[0], w_hi[0], w_lo[1], w_hi[1]]
-    x_vectors = [regs for (base, _), regs in by_offset.items() if base != w_base]
-    assert [b_regs] == [v[:2] for v in x_vectors if v[:2] == b_regs]
+    assert any(regs[:2] == b_regs for (base, _), regs in by_offset.items() if base != w_base)
 
 
-@pytest.mark.parametrize(("config", "prefetches"), [
-    ({"RT": 1, "KWARPS": 14, "UNROLL": 16, "PREFETCH": 1}, 4 * 2),      # 16 steps: 4 per lane t, rows g, g + 8
-    ({"RT": 2, "KWARPS": 7, "UNROLL": 8, "PREFETCH": 1}, 8 * 2 * 2),    # 32 steps, two row tiles
-    ({"RT": 1, "KWARPS": 14, "UNROLL": 16, "PREFETCH": 0}, 0),
-])
-def test_the_prefetch_asks_for_each_64_byte_piece_of_the_warp_range_once(mod, config: dict, prefetches: int) -> None:
-    ptx = ptx_of(mod, config, shape(4, **FUSED_QKV_A))
-    assert len(re.findall(r"prefetch\.global\.L2 ", ptx)) == prefetches
+def test_w_as_b_the_fragments_are_the_load_registers_themselves(mod) -> None:
+    """W row g's pairs 0-1, 2-3 are B; A is x rows g and g + 8 (two loads at M = 16) in the same order."""
+    by_offset, a_regs, b_regs = mma_operands(
+        ptx_of(mod, {"WROWS": 8, "RT": 1, "KWARPS": 14, "UNROLL": 16}, shape(16, **FUSED_QKV_A)))
+    x_base = min(base for base, _ in by_offset if (base, ROW8) in by_offset)
+    x_lo, x_hi = by_offset[(x_base, 0)], by_offset[(x_base, ROW8)]
+    assert a_regs == [x_lo[0], x_hi[0], x_lo[1], x_hi[1]]
+    assert any(regs[:2] == b_regs for (base, _), regs in by_offset.items() if base != x_base)
 
 
 @pytest.mark.parametrize(("config", "m", "stores"), [
-    ({"RT": 4, "KWARPS": 1, "UNROLL": 4, "PREFETCH": 0}, 16, 32),    # 1024 outputs over 32 threads
-    ({"RT": 1, "KWARPS": 8, "UNROLL": 4, "PREFETCH": 0}, 4, 1),      # 64 outputs, 256 threads
+    ({"WROWS": 16, "RT": 4, "KWARPS": 1, "UNROLL": 4}, 16, 32),   # 1024 outputs over 32 threads
+    ({"WROWS": 16, "RT": 1, "KWARPS": 8, "UNROLL": 4}, 4, 1),     # 64 outputs, 256 threads
+    ({"WROWS": 8, "RT": 2, "KWARPS": 1, "UNROLL": 4}, 16, 8),     # 256 outputs over 32 threads
 ])
 def test_every_output_has_a_thread_that_stores_it(mod, config: dict, m: int, stores: int) -> None:
     ptx = ptx_of(mod, config, shape(m, **O_PROJ))
@@ -104,19 +113,20 @@ def test_every_output_has_a_thread_that_stores_it(mod, config: dict, m: int, sto
 
 @pytest.mark.parametrize(("config", "shp", "rule"), [
     ({"RT": 1, "KWARPS": 1, "UNROLL": 1}, shape(17, **FUSED_QKV_A), "M <= 16"),
-    ({"RT": 4, "KWARPS": 1, "UNROLL": 1}, shape(1, 1040, 1024), "N % (16 * RT) == 0"),
-    ({"RT": 1, "KWARPS": 3, "UNROLL": 1}, shape(1, **FUSED_QKV_A), "K % (32 * KWARPS) == 0"),
-    ({"RT": 2, "KWARPS": 1, "UNROLL": 16}, shape(1, **FUSED_QKV_A), "RT * UNROLL <= 16"),
-    ({"RT": 1, "KWARPS": 16, "UNROLL": 4}, shape(1, 1536, 1536), "UNROLL <= K // (32 * KWARPS)"),
-    ({"RT": 4, "KWARPS": 16, "UNROLL": 1}, shape(16, **O_PROJ), "KWARPS * RT * ((M + 7) // 8) <= 64"),
+    ({"WROWS": 16, "RT": 4, "KWARPS": 1, "UNROLL": 1}, shape(1, 1040, 1024), "N % (WROWS * RT) == 0"),
+    ({"WROWS": 8, "RT": 1, "KWARPS": 3, "UNROLL": 1}, shape(1, **FUSED_QKV_A), "K % (32 * KWARPS) == 0"),
+    ({"WROWS": 16, "RT": 2, "KWARPS": 1, "UNROLL": 16}, shape(1, **FUSED_QKV_A), "RT * WROWS // 8 * UNROLL <= 32"),
+    ({"WROWS": 8, "RT": 1, "KWARPS": 16, "UNROLL": 4}, shape(1, 1536, 1536), "UNROLL <= K // (32 * KWARPS)"),
+    ({"WROWS": 16, "RT": 4, "KWARPS": 16, "UNROLL": 1}, shape(16, **O_PROJ),
+     "KWARPS * WROWS * RT * ((M + 7) // 8) <= 1024"),
 ])
 def test_constraints_refuse_ragged_or_register_hungry_configs(mod, config: dict, shp: dict, rule: str) -> None:
     with pytest.raises(ValueError, match=re.escape(rule)):
         mod._params(config, shp)
 
 
-@pytest.mark.parametrize(("plan_name", "runs"), [("mma_gemv_zm", 72), ("zm_all", 150), ("zm_h100", 102)])
-def test_the_zm_plans_hold_only_configs_their_variants_accept(plan_name: str, runs: int, tmp_path: Path,
+@pytest.mark.parametrize(("plan_name", "runs"), [("mma_gemv_zn", 54), ("zn_all", 132)])
+def test_the_zn_plans_hold_only_configs_their_variants_accept(plan_name: str, runs: int, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from kernels.deployment import Deployment
     from kernels.slots.dense_gemm import DenseGemm
@@ -129,7 +139,7 @@ def test_the_zm_plans_hold_only_configs_their_variants_accept(plan_name: str, ru
     for item in plan["variants"]:
         f = item["file"]
         if f not in mods:
-            mods[f] = load_module((ROOT / f).read_text(), f"kt_test_zm_{len(mods)}_{tmp_path.name}", str(tmp_path / Path(f).name))
+            mods[f] = load_module((ROOT / f).read_text(), f"kt_test_zn_{len(mods)}_{tmp_path.name}", str(tmp_path / Path(f).name))
         for name in item["shapes"]:
             for m in item["batch_sizes"]:
                 for config in item["configs"]:
@@ -137,4 +147,4 @@ def test_the_zm_plans_hold_only_configs_their_variants_accept(plan_name: str, ru
                     seen.append((f, name, m, tuple(sorted(config.items()))))
     assert len(seen) == len(set(seen)) == runs
     # the H200 plan leaves M = 16 to the tensor-core kernel
-    assert plan_name != "zm_all" or not any(f.endswith("ksplit_gemv.py") and m == 16 for f, _, m, _ in seen)
+    assert plan_name != "zn_all" or not any(f.endswith("ksplit_gemv.py") and m == 16 for f, _, m, _ in seen)

@@ -1,3 +1,4 @@
+# Session ZM ran the first version of the kernel (commit f62345e, with PREFETCH); make_mma_gemv_zn.py follows it.
 # Writes session ZM's plans for the CuTe tensor-core GEMV (kernels/variants/cute/dense_gemm_mma_gemv.py); run
 # from the repo root. The CUDA-core GEMVs spend M * 8 FMAs per 16-byte W vector, so at M = 9-16 fused_qkv_a's
 # FMAs alone take about its HBM floor and every family in table ZJ sat at ~2.7 TB/s (11.1-11.5 us at M = 4-16);

@@ -5,22 +5,27 @@ out[M, N] = x[M, K] @ w[N, K]^T, bf16 in and out, fp32 accumulate, for M <= 16 (
 Why: the CUDA-core GEMVs (dense_gemm_ksplit_gemv.py, dense_gemm_warp_gemv.py, the Triton GEMV) spend M * 8 FMAs
 and 8 bf16->fp32 conversions per 16-byte W vector, so at M = 9-16 the instructions alone take about as long as
 fused_qkv_a's HBM floor, and the split-K/swap-AB kernels that use tensor cores stage W through shared memory. Here
-each warp computes out^T = W x^T with W as the MMA's A operand (16 rows of N) and x^T as its B operand (8 columns
-of M per n-tile), and no shared memory holds W or x:
-- a sum over K does not depend on the order of K, so the MMA's logical K slots may map to any physical K as long
-  as A and B use the same map. Lane (g, t) (g = lane / 4, t = lane % 4) holds A's K slots {2t, 2t+1, 2t+8, 2t+9}
-  of rows g and g+8, and B's same K slots of column g. Mapping those slots to 4 consecutive physical K elements
-  that depend only on t makes one 16-byte vector of W row g (8 elements of K) two MMAs' A operand (with row g+8's
-  vector), and one 16-byte vector of x row g their B operand: the registers of the loads are the fragments.
-- a warp step covers 32 elements of K (lane t's vector at t * 8) of 16 rows; a CTA owns RT row tiles (16 * RT
-  rows) and its KWARPS warps interleave over K (warp w takes steps w, w + KWARPS, ...), so a CTA's warps read
-  adjacent 64-byte pieces of each row together;
-- the W and x vectors of UNROLL steps are loaded before the first MMA (all of a warp's K range when UNROLL covers
-  it: one DRAM round trip per CTA);
-- the KWARPS partial sums meet in shared memory after one barrier, and thread i sums output i's in warp order
-  (deterministic) and stores it as bf16.
-x rows past M are read as row M - 1 (in bounds) and their columns never stored. Every output element is written
-on every call by exactly one thread; inputs are never written.
+no shared memory holds W or x: a sum over K does not depend on the order of K, so the MMA's logical K slots may
+map to any physical K as long as A and B use the same map. Lane (g, t) (g = lane / 4, t = lane % 4) holds A's K
+slots {2t, 2t+1, 2t+8, 2t+9} of A rows g and g+8, and B's same K slots of B column g; mapping those slots to 4
+consecutive physical K elements that depend only on t makes one 16-byte vector (8 elements of K) the operand of
+two MMAs: the registers of the loads are the fragments. Two orientations (WROWS):
+- 16: out^T = W x^T, W rows g and g + 8 of a 16-row tile are A, x row 8j + g is B (n-tile j of 8 columns of M);
+- 8: out = x W^T, x rows g and g + 8 are A (zeros past M <= 8), W row g of an 8-row tile is B: half the rows per
+  CTA, so twice the CTAs on the same N.
+A warp step covers 32 elements of K (lane t's vector at t * 8) of each row; a CTA owns RT row tiles and its KWARPS
+warps interleave over K (warp w takes steps w, w + KWARPS, ...), so a CTA's warps read adjacent 64-byte pieces of
+each row together. The W and x vectors of UNROLL steps are loaded before the chunk's MMAs in the source; the KWARPS
+partial sums meet in shared memory after one barrier, and thread i sums output i's in warp order (deterministic)
+and stores it as bf16. x rows past M are read as row M - 1 (in bounds) and their outputs never stored. Every output
+element is written on every call by exactly one thread; inputs are never written.
+
+Measured (session ZM, H100, the first form: WROWS 16 only, with an optional L2 prefetch since removed;
+bench/results/2026-12-06-h100-decode-tuning-h100-zm.md and -h100-ncu-dense.md): correct in all 72 runs; it won
+o_proj M = 4 (7.77 us against the K-split GEMV's 7.92 and cuBLAS's 8.14) and lost fused_qkv_a (14.7 us at M = 1,
+20.4 at M = 16): ptxas issues each load ~4 MMAs ahead of its use, whatever the source order, so one 448-thread
+CTA per SM kept too few bytes in flight (22% achieved occupancy, 57% of DRAM throughput in ncu), and the prefetch
+made every config slower. Hence WROWS 8 and up to 32 warps per CTA.
 
 Shapes are compile-time constants (a build is per (N, K, M)) and the kernel takes raw pointers, as the other
 CuTe GEMVs do.
@@ -34,26 +39,24 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils
-from cutlass._mlir.dialects import llvm
 from cutlass.cute.runtime import make_ptr
-from cutlass.cutlass_dsl import dsl_user_op
 
 CONFIG_SPACE = {
-    "RT": [1, 2, 4],               # 16-row tiles of W per CTA
-    # warps per CTA, interleaved over K in 32-element steps; 3/6 and 7/14 divide q_lora_rank 1536 and hidden 7168
-    "KWARPS": [1, 2, 3, 4, 6, 7, 8, 14, 16],
-    "UNROLL": [1, 2, 3, 4, 6, 8, 12, 16],  # K steps whose W and x vectors are loaded before the first MMA
-    # 1: first ask L2 for every W line of the warp's K range (no registers held), so the whole range is in flight
-    # from DRAM at once even where ptxas places each load just before its MMA (it does: it keeps ~4 in flight)
-    "PREFETCH": [0, 1],
+    # rows of W per MMA tile: 16 = W is the A operand (x^T the B operand, 8 columns of M per n-tile); 8 = W is the
+    # B operand (x the A operand, all 16 rows of M in one MMA): half the rows per CTA, so twice the CTAs
+    "WROWS": [8, 16],
+    "RT": [1, 2, 4],               # row tiles of W per CTA
+    # warps per CTA, interleaved over K in 32-element steps; 3/6/12/24 divide q_lora_rank 1536, 7/14/28 hidden 7168
+    "KWARPS": [1, 2, 3, 4, 6, 7, 8, 12, 14, 16, 24, 28, 32],
+    "UNROLL": [1, 2, 3, 4, 6, 7, 8, 12, 14, 16],  # K steps whose W and x vectors are loaded before the first MMA
 }
 CONSTRAINTS = [
-    "M <= 16",                        # at most two n-tiles of 8 columns
-    "N % (16 * RT) == 0",             # a CTA's row tiles are all in range
+    "M <= 16",                        # all of M in 16 MMA rows (WROWS 8) or two n-tiles of 8 columns (WROWS 16)
+    "N % (WROWS * RT) == 0",          # a CTA's row tiles are all in range
     "K % (32 * KWARPS) == 0",         # every warp the same whole number of 32-element steps
-    "RT * UNROLL <= 16",              # W vectors in flight per thread (2 per row tile and step): <= 128 registers
+    "RT * WROWS // 8 * UNROLL <= 32",  # W vectors in flight per thread: <= 128 registers
     "UNROLL <= K // (32 * KWARPS)",   # no more unrolled steps than a warp has
-    "KWARPS * RT * ((M + 7) // 8) <= 64",  # the cross-warp sums (n-tiles of 8 columns) fit 32 KB of shared memory
+    "KWARPS * WROWS * RT * ((M + 7) // 8) <= 1024",  # the cross-warp sums fit 32 KB of shared memory
 ]
 CLAIMS = {"ptx_contains": ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ld.global.v4", "bar.sync"]}
 
@@ -62,106 +65,105 @@ WARP = 32
 STEP = 4 * VEC  # K elements of one warp step: 4 lanes (t = 0..3) of one row, a vector each
 
 
-@dsl_user_op
-def _prefetch_l2(ptr: cute.Pointer, *, loc=None, ip=None) -> None:
-    # has_side_effects: an instruction with no result that the compiler must neither drop nor move past a barrier
-    llvm.inline_asm(None, [ptr.toint(loc=loc, ip=ip).ir_value(loc=loc, ip=ip)], "prefetch.global.L2 [$0];", "l",
-                    has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
+def _a_fragment(a, lo, hi, h: int) -> None:
+    """A's PTX registers a0..a7 are (row g, K slot 2t) (g, 2t+1) (g+8, 2t) (g+8, 2t+1) (g, 2t+8) (g, 2t+9)
+    (g+8, 2t+8) (g+8, 2t+9); K slots 2t, 2t+1, 2t+8, 2t+9 are elements 4h .. 4h+3 of the lane's vectors."""
+    a[0] = lo[4 * h]
+    a[1] = lo[4 * h + 1]
+    a[2] = hi[4 * h]
+    a[3] = hi[4 * h + 1]
+    a[4] = lo[4 * h + 2]
+    a[5] = lo[4 * h + 3]
+    a[6] = hi[4 * h + 2]
+    a[7] = hi[4 * h + 3]
+
+
+def _vector(src):
+    v = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.BFloat16)
+    v.store(src.load())
+    return v
 
 
 @cute.kernel
 def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor,
-                 M: cutlass.Constexpr, N: cutlass.Constexpr, K: cutlass.Constexpr,
-                 RT: cutlass.Constexpr, KWARPS: cutlass.Constexpr, UNROLL: cutlass.Constexpr,
-                 PREFETCH: cutlass.Constexpr):
+                 M: cutlass.Constexpr, N: cutlass.Constexpr, K: cutlass.Constexpr, WROWS: cutlass.Constexpr,
+                 RT: cutlass.Constexpr, KWARPS: cutlass.Constexpr, UNROLL: cutlass.Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     warp = tidx // WARP
     lane = tidx % WARP
     g = lane // 4
     t = lane % 4
-    n0 = bidx * (16 * RT)
-    NT = 1 if M <= 8 else 2           # n-tiles of 8 columns of M
+    n0 = bidx * (WROWS * RT)
+    MT = (M + 7) // 8                 # 8-row groups of M: n-tiles (WROWS 16), or A's halves in use (WROWS 8)
+    NT = MT if WROWS == 16 else 1     # MMAs per row tile, K half and step
 
     mma = cute.make_mma_atom(cute.nvgpu.warp.MmaF16BF16Op(cutlass.BFloat16, cutlass.Float32, (16, 8, 16)))
 
     smem = cutlass.utils.SmemAllocator()
     # One fp32 partial per (warp, W row of the CTA, column of M): the cross-warp half of the K reduction.
-    red = smem.allocate_tensor(cutlass.Float32, cute.make_layout((KWARPS, 16 * RT, 8 * NT)), 16)
+    red = smem.allocate_tensor(cutlass.Float32, cute.make_layout((KWARPS, WROWS * RT, 8 * MT)), 16)
 
     # ((1, VEC), (rows, K // VEC)): one mode-0 slice is one 16-byte vector.
     gX = cute.zipped_divide(mX, (1, VEC))
     gW = cute.zipped_divide(mW, (1, VEC))
 
-    # x row of this lane's B fragment per n-tile; rows past M read row M - 1 (their columns are never stored)
-    xrow = [cutlass.min(8 * j + g, M - 1) if 8 * j + 8 > M else 8 * j + g for j in range(NT)]
+    # x row of this lane per 8-row group of M; rows past M read row M - 1 (their outputs are never stored)
+    xrow = [cutlass.min(8 * j + g, M - 1) if 8 * j + 8 > M else 8 * j + g for j in range(MT)]
 
     acc = cute.make_rmem_tensor(cute.make_layout((4, RT, NT)), cutlass.Float32)
     for i in cutlass.range_constexpr(4 * RT * NT):
         acc[i] = cutlass.Float32(0.0)
     a = cute.make_rmem_tensor(cute.make_layout((8, 1, 1)), cutlass.BFloat16)  # (V, M, K) for cute.gemm
+    zero = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.BFloat16)    # A's rows 8-15 when M <= 8
+    for i in cutlass.range_constexpr(VEC):
+        zero[i] = cutlass.BFloat16(0.0)
 
     steps = K // STEP // KWARPS                       # a Python int: the constraints make it whole
-    if PREFETCH:
-        # lane (g, t) asks for the 64-byte pieces of rows g and g + 8 of steps t, t + 4, ...: every line once
-        for s4 in cutlass.range_constexpr((steps + 3) // 4):
-            kv = ((s4 * 4 + t) * KWARPS + warp) * (STEP // VEC)
-            if s4 * 4 + t < steps:
-                for rt in cutlass.range_constexpr(RT):
-                    for half in cutlass.range_constexpr(2):
-                        _prefetch_l2(gW[(None, (n0 + rt * 16 + half * 8 + g, kv))].iterator)
     for c in cutlass.range_constexpr((steps + UNROLL - 1) // UNROLL):
         n_s = min(UNROLL, steps - c * UNROLL)
         # vector index along K of this lane in each step of the chunk
         kvs = [((c * UNROLL + s) * KWARPS + warp) * (STEP // VEC) + t for s in range(n_s)]
-        # all W vectors of the chunk first, then x: one round trip for the chunk
-        ws = []
-        for kv in kvs:
-            for rt in cutlass.range_constexpr(RT):
-                for half in cutlass.range_constexpr(2):   # rows g and g + 8 of the tile
-                    v = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.BFloat16)
-                    v.store(gW[(None, (n0 + rt * 16 + half * 8 + g, kv))].load())
-                    ws.append(v)
-        xs = []
-        for kv in kvs:
-            for j in cutlass.range_constexpr(NT):
-                v = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.BFloat16)
-                v.store(gX[(None, (xrow[j], kv))].load())
-                xs.append(v)
+        # all W vectors of the chunk first, then x: one round trip for the chunk (ptxas may still move each load
+        # towards its MMA; the H100 run of session ZM measured that an L2 prefetch of the range did not help)
+        ws = [_vector(gW[(None, (n0 + rt * WROWS + half * 8 + g, kv))])
+              for kv in kvs for rt in range(RT) for half in range(WROWS // 8)]
+        xs = [_vector(gX[(None, (xrow[j], kv))]) for kv in kvs for j in range(MT)]
         for s in cutlass.range_constexpr(n_s):
             for rt in cutlass.range_constexpr(RT):
-                w_lo, w_hi = ws[(s * RT + rt) * 2], ws[(s * RT + rt) * 2 + 1]
                 for h in cutlass.range_constexpr(2):       # elements 0-3, then 4-7 of the vectors
-                    # A fragment (PTX a0..a7): (g, 2t) (g, 2t+1) (g+8, 2t) (g+8, 2t+1) (g, 2t+8) (g, 2t+9)
-                    # (g+8, 2t+8) (g+8, 2t+9), K slots 2t, 2t+1, 2t+8, 2t+9 = elements 4h .. 4h+3
-                    a[0] = w_lo[4 * h]
-                    a[1] = w_lo[4 * h + 1]
-                    a[2] = w_hi[4 * h]
-                    a[3] = w_hi[4 * h + 1]
-                    a[4] = w_lo[4 * h + 2]
-                    a[5] = w_lo[4 * h + 3]
-                    a[6] = w_hi[4 * h + 2]
-                    a[7] = w_hi[4 * h + 3]
-                    for j in cutlass.range_constexpr(NT):
-                        # B fragment (b0..b3): column g, K slots 2t, 2t+1, 2t+8, 2t+9 = the same elements of x
-                        b = cute.make_tensor(xs[s * NT + j].iterator + 4 * h, cute.make_layout((4, 1, 1)))
-                        d = cute.make_tensor(acc.iterator + 4 * (rt + RT * j), cute.make_layout((4, 1, 1)))
+                    if cutlass.const_expr(WROWS == 16):
+                        # A: W rows g, g + 8 of the tile; B (b0..b3): x row 8j + g, K slots as A's
+                        _a_fragment(a, ws[(s * RT + rt) * 2], ws[(s * RT + rt) * 2 + 1], h)
+                        for j in cutlass.range_constexpr(NT):
+                            b = cute.make_tensor(xs[s * MT + j].iterator + 4 * h, cute.make_layout((4, 1, 1)))
+                            d = cute.make_tensor(acc.iterator + 4 * (rt + RT * j), cute.make_layout((4, 1, 1)))
+                            cute.gemm(mma, d, a, b, d)
+                    else:
+                        # A: x rows g, g + 8; B: W row g of the tile
+                        _a_fragment(a, xs[s * MT], xs[s * MT + 1] if MT == 2 else zero, h)
+                        b = cute.make_tensor(ws[s * RT + rt].iterator + 4 * h, cute.make_layout((4, 1, 1)))
+                        d = cute.make_tensor(acc.iterator + 4 * rt, cute.make_layout((4, 1, 1)))
                         cute.gemm(mma, d, a, b, d)
 
-    # C fragment (c0..c3): (row g, col 2t) (g, 2t+1) (g+8, 2t) (g+8, 2t+1) of each (row tile, n-tile)
+    # C (c0..c3): (A row g, B column 2t) (g, 2t+1) (g+8, 2t) (g+8, 2t+1) of each (row tile, n-tile)
     for rt in cutlass.range_constexpr(RT):
         for j in cutlass.range_constexpr(NT):
-            for i in cutlass.range_constexpr(4):
-                red[warp, rt * 16 + g + 8 * (i // 2), 8 * j + 2 * t + i % 2] = acc[i, rt, j]
+            for i in cutlass.range_constexpr(4 if MT == 2 or WROWS == 16 else 2):
+                if cutlass.const_expr(WROWS == 16):
+                    red[warp, rt * 16 + g + 8 * (i // 2), 8 * j + 2 * t + i % 2] = acc[i, rt, j]
+                else:
+                    red[warp, rt * 8 + 2 * t + i % 2, g + 8 * (i // 2)] = acc[i, rt, j]
     cute.arch.sync_threads()
-    # M * 16 * RT outputs, n fastest (coalesced stores), over WARP * KWARPS threads
+    # M * WROWS * RT outputs, n fastest (coalesced stores), over WARP * KWARPS threads
     threads = WARP * KWARPS
-    outs = M * 16 * RT
+    rows = WROWS * RT
+    outs = M * rows
     for p in cutlass.range_constexpr((outs + threads - 1) // threads):
         i = tidx + p * threads
         if i < outs:
-            row = i % (16 * RT)
-            m = i // (16 * RT)
+            row = i % rows
+            m = i // rows
             total = cutlass.Float32(0.0)
             for w in cutlass.range_constexpr(KWARPS):
                 total = total + red[w, row, m]
@@ -171,13 +173,12 @@ def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor,
 @cute.jit
 def _gemv(x_ptr: cute.Pointer, w_ptr: cute.Pointer, o_ptr: cute.Pointer, stream: cuda.CUstream,
           M: cutlass.Constexpr, N: cutlass.Constexpr, K: cutlass.Constexpr,
-          RT: cutlass.Constexpr, KWARPS: cutlass.Constexpr, UNROLL: cutlass.Constexpr,
-          PREFETCH: cutlass.Constexpr):
+          WROWS: cutlass.Constexpr, RT: cutlass.Constexpr, KWARPS: cutlass.Constexpr, UNROLL: cutlass.Constexpr):
     mX = cute.make_tensor(x_ptr, cute.make_layout((M, K), stride=(K, 1)))
     mW = cute.make_tensor(w_ptr, cute.make_layout((N, K), stride=(K, 1)))
     mO = cute.make_tensor(o_ptr, cute.make_layout((M, N), stride=(N, 1)))
-    _gemv_kernel(mX, mW, mO, M, N, K, RT, KWARPS, UNROLL, PREFETCH).launch(
-        grid=(N // (16 * RT), 1, 1),
+    _gemv_kernel(mX, mW, mO, M, N, K, WROWS, RT, KWARPS, UNROLL).launch(
+        grid=(N // (WROWS * RT), 1, 1),
         block=(KWARPS * WARP, 1, 1),
         stream=stream,
     )
@@ -185,15 +186,15 @@ def _gemv(x_ptr: cute.Pointer, w_ptr: cute.Pointer, o_ptr: cute.Pointer, stream:
 
 def _params(config: dict, shape: dict) -> tuple[int, int, int, int, int, int, int]:
     m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
+    wrows = int(config.get("WROWS", 16))
     rt = int(config.get("RT", 1))
     kwarps = int(config.get("KWARPS", 4))
     unroll = int(config.get("UNROLL", 2))
-    prefetch = int(config.get("PREFETCH", 0))
-    env = {"M": m, "N": n, "K": k, "RT": rt, "KWARPS": kwarps, "UNROLL": unroll, "PREFETCH": prefetch}
+    env = {"M": m, "N": n, "K": k, "WROWS": wrows, "RT": rt, "KWARPS": kwarps, "UNROLL": unroll}
     for rule in CONSTRAINTS:
         if not eval(rule, {}, env):  # noqa: S307 - rules are this module's own constants
             raise ValueError(f"config {config} violates {rule!r} for M={m} N={n} K={k}")
-    return m, n, k, rt, kwarps, unroll, prefetch
+    return m, n, k, wrows, rt, kwarps, unroll
 
 
 def _ptrs(x_addr: int, w_addr: int, o_addr: int) -> tuple:

@@ -1,0 +1,35 @@
+# Writes session ZN's plans for the CuTe tensor-core GEMV (kernels/variants/cute/dense_gemm_mma_gemv.py); run from
+# the repo root. Session ZM (bench/plans/make_mma_gemv_zm.py, the kernel at commit f62345e) ran it on an H100:
+# correct in all 72 runs, but at fused_qkv_a one 448-thread CTA per SM (16-row tiles: 132 CTAs) reached 22%
+# achieved occupancy and 57% DRAM throughput (bench/results/2026-12-06-h100-ncu-dense.md), because ptxas keeps
+# only ~4 of a thread's loads ahead of its MMAs; the L2 prefetch it tried made every config slower and is gone.
+# So this plan puts more warps on each SM: 8-row tiles (WROWS 8: W is the MMA's B operand, twice the CTAs) and
+# up to 32 warps per CTA, with the best ZM configs (WROWS 16) repeated as the in-run reference.
+# - mma_gemv_zn.json: M = 1, 4 and 16 of fused_qkv_a, q_b_proj and o_proj (54 runs);
+# - zn_all.json: that plus session ZL's K-split runs at M = 1 and 4 (never run on the H200), for an H200 call.
+import json
+from pathlib import Path
+
+F = "kernels/variants/cute/dense_gemm_mma_gemv.py"
+CONFIGS = {  # shape: (WROWS, RT, KWARPS, UNROLL); K // 32 = 224 (fused_qkv_a), 48 (q_b_proj), 32 (o_proj) steps
+    "fused_qkv_a": ((16, 1, 28, 8), (16, 1, 32, 7), (8, 1, 16, 14), (8, 1, 28, 8), (8, 1, 32, 7), (8, 1, 14, 16)),
+    "q_b_proj": ((16, 1, 16, 3), (16, 1, 24, 2), (8, 1, 16, 3), (8, 1, 24, 2), (8, 1, 12, 4), (8, 2, 16, 3)),
+    "o_proj": ((16, 1, 8, 4), (16, 1, 16, 2), (8, 1, 8, 4), (8, 1, 4, 8), (8, 1, 16, 2), (8, 2, 8, 4)),
+}
+DEPLOYMENT = {"spec": "kimi-k2-like", "tp": 8, "batch_sizes": [1, 2, 4, 16, 64]}
+
+
+def item(shape: str, m: int, configs: list[dict]) -> dict:
+    return {"file": F, "slot": "dense_gemm", "language": "cute", "shapes": [shape], "batch_sizes": [m],
+            "configs": configs}
+
+
+zn = [item(shape, m, [dict(WROWS=w, RT=rt, KWARPS=kw, UNROLL=u) for w, rt, kw, u in CONFIGS[shape]])
+      for shape in CONFIGS for m in (1, 4, 16)]
+plans = Path("bench/plans")
+zl = json.loads((plans / "ksplit_gemv_zl.json").read_text())["variants"]
+zl2 = json.loads((plans / "ksplit_gemv_zl2.json").read_text())["variants"]
+zl_m1_m4 = zl + [i for i in zl2 if i["batch_sizes"] != [16]]
+for name, items in (("mma_gemv_zn", zn), ("zn_all", zn + zl_m1_m4)):
+    json.dump({"deployment": DEPLOYMENT, "variants": items}, open(plans / f"{name}.json", "w"), indent=1)
+    print(name, sum(len(i["configs"]) for i in items), "runs")
