@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Ran once, on an H100 (commit f62345e, the kernel's first form, whose PREFETCH the second form dropped); see session_zn.sh.
 # Device session ZM (carry .whl2 and .cutexz; install line as in h200_session_v.sh): the CuTe tensor-core GEMV
 # (kernels/variants/cute/dense_gemm_mma_gemv.py) through the service, with session ZL's K-split runs where the card
 # has not run them (bench/plans/make_mma_gemv_zm.py says what each plan holds), resumed from the table of the card

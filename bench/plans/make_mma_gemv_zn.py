@@ -2,7 +2,7 @@
 # the repo root. Session ZM (bench/plans/make_mma_gemv_zm.py, the kernel at commit f62345e) ran it on an H100:
 # correct in all 72 runs, but at fused_qkv_a one 448-thread CTA per SM (16-row tiles: 132 CTAs) reached 22%
 # achieved occupancy and 57% DRAM throughput (bench/results/2026-12-06-h100-ncu-dense.md), because ptxas keeps
-# only ~4 of a thread's loads ahead of its MMAs; the L2 prefetch it tried made every config slower and is gone.
+# only ~4 of a thread's loads ahead of its MMAs; the L2 prefetch it tried made 31 of 36 configs slower and is gone.
 # So this plan puts more warps on each SM: 8-row tiles (WROWS 8: W is the MMA's B operand, twice the CTAs) and
 # up to 32 warps per CTA, with the best ZM configs (WROWS 16) repeated as the in-run reference.
 # - mma_gemv_zn.json: M = 1, 4 and 16 of fused_qkv_a, q_b_proj and o_proj (54 runs);

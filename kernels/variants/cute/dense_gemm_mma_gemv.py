@@ -24,8 +24,8 @@ Measured (session ZM, H100, the first form: WROWS 16 only, with an optional L2 p
 bench/results/2026-12-06-h100-decode-tuning-h100-zm.md and -h100-ncu-dense.md): correct in all 72 runs; it won
 o_proj M = 4 (7.77 us against the K-split GEMV's 7.92 and cuBLAS's 8.14) and lost fused_qkv_a (14.7 us at M = 1,
 20.4 at M = 16): ptxas issues each load ~4 MMAs ahead of its use, whatever the source order, so one 448-thread
-CTA per SM kept too few bytes in flight (22% achieved occupancy, 57% of DRAM throughput in ncu), and the prefetch
-made every config slower. Hence WROWS 8 and up to 32 warps per CTA.
+CTA per SM kept too few bytes in flight (22% achieved occupancy, 57% of DRAM throughput in ncu); the prefetch
+made 31 of 36 configs slower. Hence WROWS 8 and up to 32 warps per CTA.
 
 Shapes are compile-time constants (a build is per (N, K, M)) and the kernel takes raw pointers, as the other
 CuTe GEMVs do.
