@@ -1,8 +1,8 @@
 """The CuTe tensor-core GEMV (kernels/variants/cute/dense_gemm_mma_gemv.py) on a machine with no GPU: its sm_90a
 build through the CuTe backend and what its PTX shows: the MMA count (two per W vector pair and n-tile), the load
 count (W and x vectors, each once), the fragments taken straight from the loads' registers in both orientations
-(W as the MMA's A operand in 16-row tiles, or as its B operand in 8-row tiles), one barrier, one store per output,
-and the constraints. Its numbers are checked on
+(W as the MMA's A operand in 16-row tiles, or as its B operand in 8-row tiles), the fence that keeps a chunk's
+loads ahead of its MMAs, one barrier, one store per output, and the constraints. Its numbers are checked on
 the GPU by the service's own check stage at every batch size a plan runs."""
 
 from __future__ import annotations
@@ -101,6 +101,22 @@ def test_w_as_b_the_fragments_are_the_load_registers_themselves(mod) -> None:
     assert any(regs[:2] == b_regs for (base, _), regs in by_offset.items() if base != x_base)
 
 
+@pytest.mark.parametrize(("config", "m", "fences"), [
+    ({"WROWS": 8, "RT": 1, "KWARPS": 8, "UNROLL": 7, "FENCE": 1}, 16, 4),    # 28 steps in 4 chunks
+    ({"WROWS": 16, "RT": 1, "KWARPS": 4, "UNROLL": 8, "FENCE": 1}, 1, 7),    # 56 steps in 7 chunks
+    ({"WROWS": 8, "RT": 1, "KWARPS": 8, "UNROLL": 7, "FENCE": 0}, 16, 0),
+])
+def test_a_fenced_chunk_issues_all_its_loads_before_its_first_mma(mod, config: dict, m: int, fences: int) -> None:
+    body = lines(ptx_of(mod, config, shape(m, **FUSED_QKV_A)))
+    assert sum(ln.startswith("fence.acq_rel.cta") for ln in body) == fences
+    if fences:
+        first_mma = next(i for i, ln in enumerate(body) if ln.startswith("mma.sync"))
+        first_fence = next(i for i, ln in enumerate(body) if ln.startswith("fence."))
+        per_chunk = ((config["WROWS"] // 8) * config["RT"] + (m + 7) // 8) * config["UNROLL"]
+        assert first_fence < first_mma
+        assert sum(ln.startswith("ld.global") and ".v4" in ln for ln in body[:first_fence]) == per_chunk
+
+
 @pytest.mark.parametrize(("config", "m", "stores"), [
     ({"WROWS": 16, "RT": 4, "KWARPS": 1, "UNROLL": 4}, 16, 32),   # 1024 outputs over 32 threads
     ({"WROWS": 16, "RT": 1, "KWARPS": 8, "UNROLL": 4}, 4, 1),     # 64 outputs, 256 threads
@@ -119,13 +135,17 @@ def test_every_output_has_a_thread_that_stores_it(mod, config: dict, m: int, sto
     ({"WROWS": 8, "RT": 1, "KWARPS": 16, "UNROLL": 4}, shape(1, 1536, 1536), "UNROLL <= K // (32 * KWARPS)"),
     ({"WROWS": 16, "RT": 4, "KWARPS": 16, "UNROLL": 1}, shape(16, **O_PROJ),
      "KWARPS * WROWS * RT * ((M + 7) // 8) <= 1024"),
+    ({"WROWS": 8, "RT": 1, "KWARPS": 4, "UNROLL": 14, "FENCE": 1}, shape(16, **FUSED_QKV_A),
+     "FENCE * (RT * WROWS // 8 + (M + 7) // 8) * UNROLL <= 40"),
+    ({"WROWS": 16, "RT": 1, "KWARPS": 28, "UNROLL": 8, "FENCE": 1}, shape(1, **FUSED_QKV_A),
+     "FENCE * ((RT * WROWS // 8 + (M + 7) // 8) * UNROLL * 4 + 24) * 32 * KWARPS <= 65536"),
 ])
 def test_constraints_refuse_ragged_or_register_hungry_configs(mod, config: dict, shp: dict, rule: str) -> None:
     with pytest.raises(ValueError, match=re.escape(rule)):
         mod._params(config, shp)
 
 
-@pytest.mark.parametrize(("plan_name", "runs"), [("mma_gemv_zn", 54), ("zn_all", 132)])
+@pytest.mark.parametrize(("plan_name", "runs"), [("mma_gemv_zn", 90), ("zn_all", 108)])
 def test_the_zn_plans_hold_only_configs_their_variants_accept(plan_name: str, runs: int, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from kernels.deployment import Deployment

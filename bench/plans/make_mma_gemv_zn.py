@@ -5,8 +5,9 @@
 # only ~4 of a thread's loads ahead of its MMAs; the L2 prefetch it tried made 31 of 36 configs slower and is gone.
 # So this plan puts more warps on each SM: 8-row tiles (WROWS 8: W is the MMA's B operand, twice the CTAs) and
 # up to 32 warps per CTA, with the best ZM configs (WROWS 16) repeated as the in-run reference.
-# - mma_gemv_zn.json: M = 1, 4 and 16 of fused_qkv_a, q_b_proj and o_proj (54 runs);
-# - zn_all.json: that plus session ZL's K-split runs at M = 1 and 4 (never run on the H200), for an H200 call.
+# - mma_gemv_zn.json: M = 1, 4 and 16 of fused_qkv_a, q_b_proj and o_proj (90 runs);
+# - zn_all.json: that plus the K-split GEMV's three best configs per bucket on the H100 (never run on the H200),
+#   for an H200 call.
 import json
 from pathlib import Path
 
@@ -16,6 +17,13 @@ CONFIGS = {  # shape: (WROWS, RT, KWARPS, UNROLL); K // 32 = 224 (fused_qkv_a), 
     "q_b_proj": ((16, 1, 16, 3), (16, 1, 24, 2), (8, 1, 16, 3), (8, 1, 24, 2), (8, 1, 12, 4), (8, 2, 16, 3)),
     "o_proj": ((16, 1, 8, 4), (16, 1, 16, 2), (8, 1, 8, 4), (8, 1, 4, 8), (8, 1, 16, 2), (8, 2, 8, 4)),
 }
+# FENCE 1 (a fence after each chunk's loads, so ptxas issues them all before the chunk's MMAs): fewer warps, each
+# with a whole chunk of loads in flight; configs whose registers leave one or more CTAs per SM
+FENCED = {
+    "fused_qkv_a": ((8, 1, 8, 7), (8, 1, 14, 8), (16, 1, 8, 7), (8, 1, 4, 12)),
+    "q_b_proj": ((8, 1, 16, 3), (8, 1, 8, 6), (8, 1, 4, 12), (16, 1, 8, 6)),
+    "o_proj": ((8, 1, 8, 4), (8, 1, 4, 8), (16, 1, 8, 4), (16, 1, 4, 8)),
+}
 DEPLOYMENT = {"spec": "kimi-k2-like", "tp": 8, "batch_sizes": [1, 2, 4, 16, 64]}
 
 
@@ -24,12 +32,20 @@ def item(shape: str, m: int, configs: list[dict]) -> dict:
             "configs": configs}
 
 
-zn = [item(shape, m, [dict(WROWS=w, RT=rt, KWARPS=kw, UNROLL=u) for w, rt, kw, u in CONFIGS[shape]])
+zn = [item(shape, m, [dict(WROWS=w, RT=rt, KWARPS=kw, UNROLL=u, FENCE=f)
+                      for f, table in ((0, CONFIGS), (1, FENCED)) for w, rt, kw, u in table[shape]])
       for shape in CONFIGS for m in (1, 4, 16)]
+# The K-split GEMV on the H200 for the first time: the three fastest configs per bucket on the H100 (table
+# 2026-12-06-h100-decode-tuning-h100-zm), (ROWS, KWARPS, UNROLL), rather than all of ZL's 108 runs
+KSPLIT = "kernels/variants/cute/dense_gemm_ksplit_gemv.py"
+KSPLIT_TOP3 = {
+    ("fused_qkv_a", 1): ((1, 14, 2), (4, 14, 2), (4, 7, 4)), ("fused_qkv_a", 4): ((4, 4, 2), (2, 4, 2), (4, 4, 4)),
+    ("q_b_proj", 1): ((2, 6, 1), (4, 6, 1), (1, 6, 1)), ("q_b_proj", 4): ((2, 2, 2), (2, 3, 2), (2, 6, 1)),
+    ("o_proj", 1): ((2, 4, 1), (4, 2, 2), (4, 4, 1)), ("o_proj", 4): ((8, 2, 2), (4, 4, 1), (4, 1, 4)),
+}
+ksplit = [{**item(shape, m, [dict(ROWS=r, KWARPS=kw, UNROLL=u) for r, kw, u in top]), "file": KSPLIT}
+          for (shape, m), top in KSPLIT_TOP3.items()]
 plans = Path("bench/plans")
-zl = json.loads((plans / "ksplit_gemv_zl.json").read_text())["variants"]
-zl2 = json.loads((plans / "ksplit_gemv_zl2.json").read_text())["variants"]
-zl_m1_m4 = zl + [i for i in zl2 if i["batch_sizes"] != [16]]
-for name, items in (("mma_gemv_zn", zn), ("zn_all", zn + zl_m1_m4)):
+for name, items in (("mma_gemv_zn", zn), ("zn_all", zn + ksplit)):
     json.dump({"deployment": DEPLOYMENT, "variants": items}, open(plans / f"{name}.json", "w"), indent=1)
     print(name, sum(len(i["configs"]) for i in items), "runs")

@@ -49,6 +49,9 @@ CONFIG_SPACE = {
     # warps per CTA, interleaved over K in 32-element steps; 3/6/12/24 divide q_lora_rank 1536, 7/14/28 hidden 7168
     "KWARPS": [1, 2, 3, 4, 6, 7, 8, 12, 14, 16, 24, 28, 32],
     "UNROLL": [1, 2, 3, 4, 6, 7, 8, 12, 14, 16],  # K steps whose W and x vectors are loaded before the first MMA
+    # 1: a CTA-scope fence after each chunk's loads, so ptxas issues them all before the chunk's MMAs (without it
+    # ptxas places each load ~4 MMAs ahead of its use, whatever the source order): UNROLL steps in flight per lane
+    "FENCE": [0, 1],
 }
 CONSTRAINTS = [
     "M <= 16",                        # all of M in 16 MMA rows (WROWS 8) or two n-tiles of 8 columns (WROWS 16)
@@ -57,6 +60,10 @@ CONSTRAINTS = [
     "RT * WROWS // 8 * UNROLL <= 32",  # W vectors in flight per thread: <= 128 registers
     "UNROLL <= K // (32 * KWARPS)",   # no more unrolled steps than a warp has
     "KWARPS * WROWS * RT * ((M + 7) // 8) <= 1024",  # the cross-warp sums fit 32 KB of shared memory
+    # with the fence all of a chunk's W and x vectors are live at once: <= 160 registers of them per thread, and
+    # the CTA's threads times those registers within the SM's 65,536
+    "FENCE * (RT * WROWS // 8 + (M + 7) // 8) * UNROLL <= 40",
+    "FENCE * ((RT * WROWS // 8 + (M + 7) // 8) * UNROLL * 4 + 24) * 32 * KWARPS <= 65536",
 ]
 CLAIMS = {"ptx_contains": ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "ld.global.v4", "bar.sync"]}
 
@@ -87,7 +94,8 @@ def _vector(src):
 @cute.kernel
 def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor,
                  M: cutlass.Constexpr, N: cutlass.Constexpr, K: cutlass.Constexpr, WROWS: cutlass.Constexpr,
-                 RT: cutlass.Constexpr, KWARPS: cutlass.Constexpr, UNROLL: cutlass.Constexpr):
+                 RT: cutlass.Constexpr, KWARPS: cutlass.Constexpr, UNROLL: cutlass.Constexpr,
+                 FENCE: cutlass.Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     warp = tidx // WARP
@@ -124,11 +132,13 @@ def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor,
         n_s = min(UNROLL, steps - c * UNROLL)
         # vector index along K of this lane in each step of the chunk
         kvs = [((c * UNROLL + s) * KWARPS + warp) * (STEP // VEC) + t for s in range(n_s)]
-        # all W vectors of the chunk first, then x: one round trip for the chunk (ptxas may still move each load
-        # towards its MMA; the H100 run of session ZM measured that an L2 prefetch of the range did not help)
+        # all W vectors of the chunk first, then x: one round trip for the chunk if FENCE (else ptxas moves each
+        # load towards its MMA; the H100 run of session ZM measured that an L2 prefetch of the range did not help)
         ws = [_vector(gW[(None, (n0 + rt * WROWS + half * 8 + g, kv))])
               for kv in kvs for rt in range(RT) for half in range(WROWS // 8)]
         xs = [_vector(gX[(None, (xrow[j], kv))]) for kv in kvs for j in range(MT)]
+        if cutlass.const_expr(FENCE):
+            cute.arch.fence_acq_rel_cta()   # no load above moves below it: they are all in flight together
         for s in cutlass.range_constexpr(n_s):
             for rt in cutlass.range_constexpr(RT):
                 for h in cutlass.range_constexpr(2):       # elements 0-3, then 4-7 of the vectors
@@ -173,28 +183,30 @@ def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor,
 @cute.jit
 def _gemv(x_ptr: cute.Pointer, w_ptr: cute.Pointer, o_ptr: cute.Pointer, stream: cuda.CUstream,
           M: cutlass.Constexpr, N: cutlass.Constexpr, K: cutlass.Constexpr,
-          WROWS: cutlass.Constexpr, RT: cutlass.Constexpr, KWARPS: cutlass.Constexpr, UNROLL: cutlass.Constexpr):
+          WROWS: cutlass.Constexpr, RT: cutlass.Constexpr, KWARPS: cutlass.Constexpr, UNROLL: cutlass.Constexpr,
+          FENCE: cutlass.Constexpr):
     mX = cute.make_tensor(x_ptr, cute.make_layout((M, K), stride=(K, 1)))
     mW = cute.make_tensor(w_ptr, cute.make_layout((N, K), stride=(K, 1)))
     mO = cute.make_tensor(o_ptr, cute.make_layout((M, N), stride=(N, 1)))
-    _gemv_kernel(mX, mW, mO, M, N, K, WROWS, RT, KWARPS, UNROLL).launch(
+    _gemv_kernel(mX, mW, mO, M, N, K, WROWS, RT, KWARPS, UNROLL, FENCE).launch(
         grid=(N // (WROWS * RT), 1, 1),
         block=(KWARPS * WARP, 1, 1),
         stream=stream,
     )
 
 
-def _params(config: dict, shape: dict) -> tuple[int, int, int, int, int, int, int]:
+def _params(config: dict, shape: dict) -> tuple[int, int, int, int, int, int, int, int]:
     m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
     wrows = int(config.get("WROWS", 16))
     rt = int(config.get("RT", 1))
     kwarps = int(config.get("KWARPS", 4))
     unroll = int(config.get("UNROLL", 2))
-    env = {"M": m, "N": n, "K": k, "WROWS": wrows, "RT": rt, "KWARPS": kwarps, "UNROLL": unroll}
+    fence = int(config.get("FENCE", 0))
+    env = {"M": m, "N": n, "K": k, "WROWS": wrows, "RT": rt, "KWARPS": kwarps, "UNROLL": unroll, "FENCE": fence}
     for rule in CONSTRAINTS:
         if not eval(rule, {}, env):  # noqa: S307 - rules are this module's own constants
             raise ValueError(f"config {config} violates {rule!r} for M={m} N={n} K={k}")
-    return m, n, k, wrows, rt, kwarps, unroll
+    return m, n, k, wrows, rt, kwarps, unroll, fence
 
 
 def _ptrs(x_addr: int, w_addr: int, o_addr: int) -> tuple:
