@@ -10,33 +10,16 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 
-from kernels.backends import compile_cache
-from kernels.backends.base import NeedsDevice, load_module
+from cute_ptx_helpers import FUSED_QKV_A, ROOT, load_variant, ptx_of, shape
 
-ROOT = Path(__file__).resolve().parent.parent
 VARIANT = ROOT / "kernels/variants/cute/dense_gemm_ksplit_gemv.py"
 PLANS = ROOT / "bench/plans"
-FUSED_QKV_A = {"N": 2112, "K": 7168}
-
-
-def shape(m: int, N: int, K: int) -> dict:  # noqa: N803 - the dims by their slot names
-    return {"N": N, "K": K, "M": m, "slot": "dense_gemm", "name": "test", "dtype": "bfloat16"}
 
 
 @pytest.fixture()
 def mod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv(compile_cache.ENV, str(tmp_path / "cache"))
-    return load_module(VARIANT.read_text(), f"kt_test_ksplit_{tmp_path.name}", str(tmp_path / "ksplit.py"))
-
-
-def ptx_of(mod, config: dict, shp: dict) -> str:
-    from kernels.backends.cute_backend import CuteBackend
-
-    with pytest.raises(NeedsDevice) as built:
-        CuteBackend().build(mod, config, shp, torch.device("cpu"))
-    return built.value.ptx
+    return load_variant(VARIANT, tmp_path, monkeypatch)
 
 
 def test_builds_for_sm90a_with_its_claims(mod) -> None:

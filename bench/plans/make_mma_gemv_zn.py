@@ -1,10 +1,13 @@
 # Writes session ZN's plans for the CuTe tensor-core GEMV (kernels/variants/cute/dense_gemm_mma_gemv.py); run from
-# the repo root. Session ZM (bench/plans/make_mma_gemv_zm.py, the kernel at commit f62345e) ran it on an H100:
+# the repo root. Session ZM (bench/session_zm.sh and plans/make_mma_gemv_zm.py at commit f62345e, with the kernel's
+# first form; removed since, as the kernel no longer takes their PREFETCH) ran it on an H100:
 # correct in all 72 runs, but at fused_qkv_a one 448-thread CTA per SM (16-row tiles: 132 CTAs) reached 22%
 # achieved occupancy and 57% DRAM throughput (bench/results/2026-12-06-h100-ncu-dense.md), because ptxas keeps
 # only ~4 of a thread's loads ahead of its MMAs; the L2 prefetch it tried made 31 of 36 configs slower and is gone.
 # So this plan puts more warps on each SM: 8-row tiles (WROWS 8: W is the MMA's B operand, twice the CTAs) and
 # up to 32 warps per CTA, with the best ZM configs (WROWS 16) repeated as the in-run reference.
+# And it tries the other cure: FENCE 1, a fence after each chunk's loads, after which ptxas issues the whole chunk
+# before its MMAs (fewer warps, each with a chunk in flight).
 # - mma_gemv_zn.json: M = 1, 4 and 16 of fused_qkv_a, q_b_proj and o_proj (90 runs);
 # - zn_all.json: that plus the K-split GEMV's three best configs per bucket on the H100 (never run on the H200),
 #   for an H200 call.
