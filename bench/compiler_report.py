@@ -92,18 +92,45 @@ def ptxas_report(ptx: str) -> list[dict[str, Any]]:
     return [k for module in modules for k in _ptxas_module(module)]
 
 
+# SASS global loads and their bytes: plain (into registers) and cp.async (into shared memory)
+_LOAD = re.compile(r"\b(?:LDGSTS|LDG)(?:\.[A-Z0-9_]+)*")
+_LOAD_BYTES = {"128": 16, "64": 8, "U16": 2, "S16": 2, "U8": 1, "S8": 1}
+# the first floating-point math instruction ends a kernel's opening burst of loads
+_MATH = re.compile(r"\b(HMMA|HGMMA|FFMA|FMUL|FADD|HFMA2|HMUL2|HADD2)\b")
+
+
+def load_bursts(sass: str) -> dict[str, dict[str, int]]:
+    """Per kernel in `cuobjdump -sass` output: the global loads (count and bytes) issued before its first
+    floating-point math instruction. Whatever order the source gives, ptxas decides how many loads go out
+    before the first one is consumed; for a memory-bound decode kernel that burst times the threads per SM
+    is the first round trip's bytes in flight (ptxas interleaves the rest with the math)."""
+    out: dict[str, dict[str, int]] = {}
+    for fn in re.split(r"(?m)^\s*Function : ", sass)[1:]:
+        name = fn.split(None, 1)[0]
+        loads = nbytes = 0
+        for line in fn.splitlines()[1:]:
+            if _MATH.search(line):
+                break
+            if m := _LOAD.search(line):
+                loads += 1
+                mods = m.group(0).split(".")[1:]
+                nbytes += next((_LOAD_BYTES[x] for x in mods if x in _LOAD_BYTES), 4)
+        out[name] = {"burst_loads": loads, "burst_bytes": nbytes}
+    return out
+
+
 def _ptxas_module(ptx: str) -> list[dict[str, Any]]:
     threads = _threads_per_entry(ptx)
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-        f.write(ptx)
-        path = f.name
-    try:
-        proc = subprocess.run([ptxas_path(), "-arch=sm_90a", "-v", "-o", os.devnull, path],
+    with tempfile.TemporaryDirectory() as tmp:
+        path, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+        Path(path).write_text(ptx)
+        proc = subprocess.run([ptxas_path(), "-arch=sm_90a", "-v", "-o", cubin, path],
                               capture_output=True, text=True, timeout=300)
-    finally:
-        os.unlink(path)
-    if proc.returncode != 0:
-        raise RuntimeError(f"ptxas failed: {proc.stderr.strip()[:500]}")
+        if proc.returncode != 0:
+            raise RuntimeError(f"ptxas failed: {proc.stderr.strip()[:500]}")
+        cuobjdump = Path(ptxas_path()).with_name("cuobjdump")
+        dump = subprocess.run([str(cuobjdump), "-sass", cubin], capture_output=True, text=True, timeout=300)
+        bursts = load_bursts(dump.stdout) if dump.returncode == 0 else {}
     kernels: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
     for line in proc.stderr.splitlines():
@@ -119,6 +146,11 @@ def _ptxas_module(ptx: str) -> list[dict[str, Any]]:
                 current["smem_bytes"] = int(s.group(1))
     for k in kernels:
         k.update(occupancy(k.get("registers"), k.get("threads"), k.get("smem_bytes", 0)))
+        if burst := bursts.get(k["kernel"]):
+            k.update(burst)
+            if k.get("threads") and k.get("blocks_per_sm"):
+                # an upper bound: the grid may give an SM fewer blocks than fit on it
+                k["burst_kib_per_sm"] = round(burst["burst_bytes"] * k["threads"] * k["blocks_per_sm"] / 1024, 1)
     return kernels
 
 
@@ -204,7 +236,7 @@ def library_versions() -> dict[str, str | None]:
 
 
 def markdown(header: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    subject = "the H200 winners" if "--plan" not in header["command"] else "a device plan, before it runs"
+    subject = "the winners of a results file" if "--plan" not in header["command"] else "a device plan, before it runs"
     out = [f"# Compiler report for {subject} (sm_90a, {header['ptxas']})", "",
            f"- date: {header['date']}; commit: `{header['commit']}`; command: `{header['command']}`",
            "- from ptxas -v on the PTX each winner compiles to (no GPU); occupancy per SM from registers, "
@@ -213,20 +245,28 @@ def markdown(header: dict[str, Any], rows: list[dict[str, Any]]) -> str:
            f"- compiled here with Triton {header['libraries'].get('triton')} and nvidia-cutlass-dsl "
            f"{header['libraries'].get('cutlass_dsl')}; the winners were timed on the H200 with the versions in "
            "their results files (Triton 3.6 there): register counts can differ by compiler version", "",
-           "| slot / shape | M | variant | kernel | threads | regs | spills (st/ld B) | smem B | blocks/SM | occupancy | limited by | speedup | of floor |",
-           "| --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
+           "- load burst: the global loads (and their bytes per thread) the SASS issues before its first "
+           "floating-point math instruction; KiB/SM multiplies it by the threads of the blocks that fit on an SM "
+           "(an upper bound: the grid may give an SM fewer)", "",
+           "| slot / shape | M | variant | kernel | threads | regs | spills (st/ld B) | smem B | blocks/SM | occupancy | limited by | load burst (B/thread) | burst KiB/SM | speedup | of floor |",
+           "| --- | ---: | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
     for r in rows:
         if "error" in r:
             out.append(f"| {r['slot']} / {r['shape']} | {r['m']} | {Path(r['file']).name} | error: {r['error'][:80]} |"
-                       + " |" * 9)
+                       + " |" * 11)
             continue
         for k in r["kernels"]:
             occ = f"{k['occupancy']:.0%}" if k.get("occupancy") is not None else "-"
             out.append(f"| {r['slot']} / {r['shape']} | {r['m']} | {Path(r['file']).name} | `{k['kernel'][:40]}` | "
                        f"{k.get('threads') or '-'} | {k.get('registers', '-')} | {k['spill_store_bytes']}/{k['spill_load_bytes']} | "
                        f"{k['smem_bytes']} | {k.get('blocks_per_sm') or '-'} | {occ} | {k['limited_by']} | "
+                       f"{_burst(k)} | {k.get('burst_kib_per_sm', '-')} | "
                        + ("- | - |" if r["speedup"] is None else f"{r['speedup']:.2f}x | {(r['frac_of_floor'] or 0):.0%} |"))
     return "\n".join(out) + "\n"
+
+
+def _burst(k: dict[str, Any]) -> str:
+    return f"{k['burst_loads']} ({k['burst_bytes']})" if "burst_loads" in k else "-"
 
 
 def main() -> int:

@@ -82,3 +82,37 @@ def test_cute_ptx_is_whole_past_the_stored_limit(report) -> None:
     assert len(ptx) > PTX_LIMIT and "trimmed" not in ptx[-200:]
     (kernel,) = report.ptxas_report(ptx)
     assert kernel["registers"] > 0 and kernel["threads"] == 128
+
+
+SASS = """
+        Function : kernel_a
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0020*/                   LDGSTS.E.BYPASS.128 [R9], desc[UR4][R2.64+0x10] ;
+        /*0030*/                   LDG.E.U16 R8, desc[UR4][R6.64] ;
+        /*0040*/                   HMMA.16816.F32.BF16 R12, R4, R8, R12 ;
+        /*0050*/                   LDG.E.128 R4, desc[UR4][R2.64+0x20] ;
+        Function : kernel_b
+        /*0000*/                   FFMA R1, R2, R3, R4 ;
+        /*0010*/                   LDG.E R4, desc[UR4][R2.64] ;
+"""
+
+
+def test_load_burst_counts_the_loads_before_the_first_math(report) -> None:
+    assert report.load_bursts(SASS) == {"kernel_a": {"burst_loads": 3, "burst_bytes": 16 + 16 + 2},
+                                        "kernel_b": {"burst_loads": 0, "burst_bytes": 0}}
+
+
+@pytest.mark.parametrize(("fence", "loads"), [(1, 36), (0, None)])
+def test_the_tensor_core_gemv_fence_puts_a_whole_chunk_in_the_burst(report, fence: int, loads: int | None) -> None:
+    """q_b_proj M = 16, 8-row tiles, 4 warps, 12 steps in one chunk: W row g and x rows g, g + 8 per step. With
+    the fence ptxas issues all 36 loads before the first MMA; without it, a few."""
+    config = {"WROWS": 8, "RT": 1, "KWARPS": 4, "UNROLL": 12, "FENCE": fence}
+    shape = {"M": 16, "N": 1536, "K": 1536, "slot": "dense_gemm", "name": "q_b_proj", "dtype": "bfloat16"}
+    (k,) = report.ptxas_report(report.ptx_of(REPO / "kernels/variants/cute/dense_gemm_mma_gemv.py", "cute",
+                                             config, shape))
+    if loads is None:
+        assert 0 < k["burst_loads"] < 12, k
+    else:
+        assert (k["burst_loads"], k["burst_bytes"]) == (loads, 16 * loads)
+    assert k["burst_kib_per_sm"] == round(k["burst_bytes"] * k["threads"] * k["blocks_per_sm"] / 1024, 1)
