@@ -124,11 +124,12 @@ def _ptxas_module(ptx: str) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         path, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
         Path(path).write_text(ptx)
-        proc = subprocess.run([ptxas_path(), "-arch=sm_90a", "-v", "-o", cubin, path],
+        ptxas = ptxas_path()
+        proc = subprocess.run([ptxas, "-arch=sm_90a", "-v", "-o", cubin, path],
                               capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
             raise RuntimeError(f"ptxas failed: {proc.stderr.strip()[:500]}")
-        cuobjdump = Path(ptxas_path()).with_name("cuobjdump")
+        cuobjdump = Path(ptxas).with_name("cuobjdump")  # beside the ptxas Triton bundles
         dump = subprocess.run([str(cuobjdump), "-sass", cubin], capture_output=True, text=True, timeout=300)
         bursts = load_bursts(dump.stdout) if dump.returncode == 0 else {}
     kernels: list[dict[str, Any]] = []

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Its H100 branch ran once (74cac7a); its H200 branch never ran and is superseded by bench/session_zn.sh, whose H200
+# plan runs this kernel's three best H100 configs per bucket beside the tensor-core GEMV.
 # Device session ZL (carry .whl2 and .cutexz; install line as in h200_session_v.sh): the CuTe K-split GEMV
 # through the service (bench/plans/make_ksplit_gemv_zl.py says why and what each plan holds), resumed from the
 # table of the card in hand, so it extends that card's winners and nothing is keyed to the wrong hardware:

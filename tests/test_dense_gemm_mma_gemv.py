@@ -64,25 +64,18 @@ def mma_operands(ptx: str) -> tuple[dict, list[str], list[str]]:
 ROW8 = 8 * FUSED_QKV_A["K"] * 2  # bytes from row g to row g + 8 of W (or of x, which has the same K)
 
 
-def test_w_as_a_the_fragments_are_the_load_registers_themselves(mod) -> None:
-    """A's four registers are bf16 pairs 0-1 of W rows g and g + 8, then pairs 2-3; B's are x's pairs 0-1, 2-3:
-    the permuted-K map that makes a 16-byte load an operand with no shuffling."""
-    by_offset, a_regs, b_regs = mma_operands(
-        ptx_of(mod, {"WROWS": 16, "RT": 1, "KWARPS": 14, "UNROLL": 16}, shape(1, **FUSED_QKV_A)))
-    w_base = min(base for base, _ in by_offset if (base, ROW8) in by_offset)
-    w_lo, w_hi = by_offset[(w_base, 0)], by_offset[(w_base, ROW8)]
-    assert a_regs == [w_lo[0], w_hi[0], w_lo[1], w_hi[1]]
-    assert any(regs[:2] == b_regs for (base, _), regs in by_offset.items() if base != w_base)
-
-
-def test_w_as_b_the_fragments_are_the_load_registers_themselves(mod) -> None:
-    """W row g's pairs 0-1, 2-3 are B; A is x rows g and g + 8 (two loads at M = 16) in the same order."""
-    by_offset, a_regs, b_regs = mma_operands(
-        ptx_of(mod, {"WROWS": 8, "RT": 1, "KWARPS": 14, "UNROLL": 16}, shape(16, **FUSED_QKV_A)))
-    x_base = min(base for base, _ in by_offset if (base, ROW8) in by_offset)
-    x_lo, x_hi = by_offset[(x_base, 0)], by_offset[(x_base, ROW8)]
-    assert a_regs == [x_lo[0], x_hi[0], x_lo[1], x_hi[1]]
-    assert any(regs[:2] == b_regs for (base, _), regs in by_offset.items() if base != x_base)
+@pytest.mark.parametrize(("config", "m"), [
+    ({"WROWS": 16, "RT": 1, "KWARPS": 14, "UNROLL": 16}, 1),   # A: W rows g, g + 8; B: x row g
+    ({"WROWS": 8, "RT": 1, "KWARPS": 14, "UNROLL": 16}, 16),   # A: x rows g, g + 8 (two loads at M = 16); B: W row g
+])
+def test_the_fragments_are_the_load_registers_themselves(mod, config: dict, m: int) -> None:
+    """A's four registers are bf16 pairs 0-1 of its rows g and g + 8, then pairs 2-3; B's are the other operand's
+    pairs 0-1, 2-3: the permuted-K map that makes a 16-byte load an operand with no shuffling."""
+    by_offset, a_regs, b_regs = mma_operands(ptx_of(mod, config, shape(m, **FUSED_QKV_A)))
+    a_base = min(base for base, _ in by_offset if (base, ROW8) in by_offset)  # rows g and g + 8 of one tensor
+    a_lo, a_hi = by_offset[(a_base, 0)], by_offset[(a_base, ROW8)]
+    assert a_regs == [a_lo[0], a_hi[0], a_lo[1], a_hi[1]]
+    assert any(regs[:2] == b_regs for (base, _), regs in by_offset.items() if base != a_base)
 
 
 @pytest.mark.parametrize(("config", "m", "fences"), [
