@@ -25,7 +25,12 @@ bench/results/2026-12-06-h100-decode-tuning-h100-zm.md and -h100-ncu-dense.md): 
 o_proj M = 4 (7.77 us against the K-split GEMV's 7.92 and cuBLAS's 8.14) and lost fused_qkv_a (14.7 us at M = 1,
 20.4 at M = 16): ptxas issues each load ~4 MMAs ahead of its use, whatever the source order, so one 448-thread
 CTA per SM kept too few bytes in flight (22% achieved occupancy, 57% of DRAM throughput in ncu); the prefetch
-made 31 of 36 configs slower. Hence WROWS 8 and up to 32 warps per CTA.
+made 31 of 36 configs slower. Hence WROWS 8, up to 32 warps per CTA, and FENCE.
+Measured (session ZN, H200, this form; bench/results/2026-12-06-h200-decode-tuning-zn.md): correct in all 90 runs;
+fenced configs won q_b_proj M = 4 (4.15 us, 1.64x over cuBLAS) and M = 16 (4.60, 1.21x) and o_proj M = 4 (6.24,
+1.08x). The best fenced config beat the best unfenced one at M = 16 of every shape, but at fused_qkv_a M = 16
+(12.99 us) it still lost to the Triton split-K (11.46): 114 registers leave one CTA per SM and each chunk costs a
+DRAM round trip (20.5% achieved occupancy, 41.6% of DRAM throughput in ncu, -h200-ncu-dense.md).
 
 Shapes are compile-time constants (a build is per (N, K, M)) and the kernel takes raw pointers, as the other
 CuTe GEMVs do.
