@@ -13,8 +13,8 @@ HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h
 case "$HW" in
   h200) export KT_PLAN=bench/plans/zn_all.json KT_WHAT=decode-tuning-zn \
           KT_RESUME_DB=bench/results/2026-12-05-h200-decode-tuning-zj.sqlite KT_TUNING_S=${KT_TUNING_S:-300} ;;
-  h100) export KT_PLAN=bench/plans/mma_gemv_zn.json KT_WHAT=decode-tuning-h100-zn \
-          KT_RESUME_DB=bench/results/2026-12-06-h100-decode-tuning-h100-zm.sqlite KT_TUNING_S=${KT_TUNING_S:-240} ;;
+  h100) export KT_PLAN=${KT_PLAN:-bench/plans/mma_gemv_zn.json} KT_WHAT=${KT_WHAT:-decode-tuning-h100-zn} \
+          KT_RESUME_DB=${KT_RESUME_DB:-bench/results/2026-12-06-h100-decode-tuning-h100-zm.sqlite} KT_TUNING_S=${KT_TUNING_S:-240} ;;
   *) echo "no table to resume on this card: $(nvidia-smi --query-gpu=name --format=csv,noheader)"; exit 3 ;;
 esac
 export KT_MOE_BATCHES=none KT_REQUIRE_HW=$HW KT_ATTN_BATCHES=${KT_ATTN_BATCHES:-1,4,16} \

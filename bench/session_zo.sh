@@ -2,10 +2,14 @@
 # Device session ZO (carry .whl2 and .cutexz; install line as in h200_session_v.sh): on an H200, the fenced
 # tensor-core GEMV's neighbours (bench/plans/make_mma_gemv_zo.py says why), resumed from table ZN, then the dense
 # slots' self-test of the new export and Nsight Compute's counters of ZN's dense winners beside cuBLAS at the same
-# shapes (bench/ncu_dense.py), within KT_NCU_S seconds. On an H100 it runs session ZN's H100 branch instead (no
-# H100 table has the second form yet).
+# shapes (bench/ncu_dense.py), within KT_NCU_S seconds. On an H100 it runs the rest of session ZN's H100 plan
+# (q_b_proj M = 4 and 16, o_proj: its ZN call's deadline came after q_b_proj M = 1), resumed from that call's table.
 HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
-[ "$HW" = h100 ] && exec bash "$(dirname "$0")/session_zn.sh"
+if [ "$HW" = h100 ]; then
+  export KT_PLAN=bench/plans/zn_h100_rest.json KT_WHAT=decode-tuning-h100-zn2 KT_NCU_S=0 \
+    KT_RESUME_DB=bench/results/2026-12-06-h100-decode-tuning-h100-zn.sqlite KT_TUNING_S=${KT_TUNING_S:-240}
+  exec bash "$(dirname "$0")/session_zn.sh"
+fi
 [ "$HW" = h200 ] || { echo "no table to resume on this card: $(nvidia-smi --query-gpu=name --format=csv,noheader)"; exit 3; }
 export KT_PLAN=bench/plans/zo_fenced.json KT_WHAT=decode-tuning-zo KT_TUNING_S=${KT_TUNING_S:-170} \
   KT_RESUME_DB=bench/results/2026-12-06-h200-decode-tuning-zn.sqlite KT_MOE_BATCHES=none KT_REQUIRE_HW=h200 \

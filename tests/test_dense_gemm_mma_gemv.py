@@ -122,7 +122,7 @@ def test_constraints_refuse_ragged_or_register_hungry_configs(mod, config: dict,
         mod._params(config, shp)
 
 
-@pytest.mark.parametrize(("plan_name", "runs"), [("mma_gemv_zn", 90), ("zn_all", 108), ("zo_fenced", 36)])
+@pytest.mark.parametrize(("plan_name", "runs"), [("mma_gemv_zn", 90), ("zn_all", 108), ("zo_fenced", 36), ("zn_h100_rest", 50)])
 def test_the_zn_and_zo_plans_hold_only_configs_their_variants_accept(plan_name: str, runs: int, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from kernels.deployment import Deployment

@@ -31,3 +31,12 @@ items = [{"file": F, "slot": "dense_gemm", "language": "cute", "shapes": [shape]
          for (shape, m), table in NEIGHBOURS.items()]
 json.dump({"deployment": DEPLOYMENT, "variants": items}, open(Path("bench/plans") / "zo_fenced.json", "w"), indent=1)
 print("zo_fenced", sum(len(i["configs"]) for i in items), "runs")
+
+# The H100's share: its session ZN call (table 2026-12-06-h100-decode-tuning-h100-zn) reached only fused_qkv_a's
+# 30 runs and q_b_proj M = 1's 10 (and 3 of M = 4's) before its deadline; zn_h100_rest.json is the rest of
+# mma_gemv_zn.json, q_b_proj M = 4 whole.
+zn = json.load(open(Path("bench/plans") / "mma_gemv_zn.json"))
+rest = [i for i in zn["variants"] if i["shapes"] != ["fused_qkv_a"] and (i["shapes"], i["batch_sizes"]) != (["q_b_proj"], [1])]
+json.dump({"deployment": zn["deployment"], "variants": rest}, open(Path("bench/plans") / "zn_h100_rest.json", "w"),
+          indent=1)
+print("zn_h100_rest", sum(len(i["configs"]) for i in rest), "runs")
