@@ -57,7 +57,23 @@ def item_deployment(plan: dict[str, Any], item: dict[str, Any]) -> dict[str, Any
     return {**plan["deployment"], **({"batch_sizes": item["batch_sizes"]} if item.get("batch_sizes") else {})}
 
 
-def run_plan(client: Client, plan: dict[str, Any], hardware: str, deadline: float) -> list[dict[str, Any]]:
+def settle(client: Client, jobs: list[dict[str, Any]], grace_s: float) -> int:
+    """A cancel skips queued runs; the ones already running finish (db.queries.jobs.cancel_job). Wait up to
+    grace_s for them, so the results file and DB copy hold their verdicts, not `running` (seen on an H100: 4 runs
+    in flight when the stack stopped). Returns how many were still running."""
+    end = time.monotonic() + grace_s
+    while True:
+        running = sum(client.get(f"/v1/jobs/{j['job_id']}")["progress"]["running"] for j in jobs)
+        if not running or time.monotonic() >= end:
+            break
+        time.sleep(1)
+    if running:
+        print(f"{running} runs still running {grace_s:g} s after the deadline: left as they are", flush=True)
+    return running
+
+
+def run_plan(client: Client, plan: dict[str, Any], hardware: str, deadline: float,
+             grace_s: float = 30.0) -> list[dict[str, Any]]:
     jobs = []
     # A shipped file edited since an earlier session (of a resumed DB) is a new variant whose parent is the
     # file's latest earlier version: a transfer search then starts from what that version measured.
@@ -101,6 +117,8 @@ def run_plan(client: Client, plan: dict[str, Any], hardware: str, deadline: floa
     for path in pending:  # out of time: what ran is kept, the rest is cancelled and reported
         client.post(f"{path}/cancel")
         print(f"{path} cancelled at the deadline", flush=True)
+    if pending:
+        settle(client, jobs, grace_s)
     for j in jobs:
         j["state"] = client.get(f"/v1/jobs/{j['job_id']}")["state"]
         if "search_id" in j:

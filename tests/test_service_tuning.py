@@ -11,6 +11,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,40 @@ def test_variant_files_are_read_from_the_shipped_notes() -> None:
     variants = [{"id": 3, "notes": "shipped variant kernels/variants/triton/router_fused.py"},
                 {"id": 9, "notes": "an agent's variant"}]
     assert service_tuning.shipped_variant_files(variants) == {"3": "kernels/variants/triton/router_fused.py"}
+
+
+@pytest.mark.timeout(300)
+def test_a_cancel_at_the_deadline_waits_for_the_runs_in_flight(tmp_path: Path) -> None:
+    """bench/service_tuning.py cancels what is pending at its deadline; a running run is not cancelled (it
+    finishes), so settle() waits for it before the DB is copied: the results then hold its verdict, not `running`.
+    Real embedded stack; the run is a torch GEMM whose build sleeps, so it is in flight when the cancel comes."""
+    from service.client import Client
+    from service.embedded import EmbeddedStack
+
+    sys.path.insert(0, str(REPO / "bench"))
+    import service_tuning
+
+    source = (REPO / "kernels/variants/torch/dense_gemm_matmul.py").read_text() + (
+        "\n\nimport time\n_plain_build = build\n\n\ndef build(config, shape):\n"
+        "    time.sleep(8)  # long enough to be cancelled while running\n    return _plain_build(config, shape)\n")
+    data_dir = tmp_path / "data"
+    stack = EmbeddedStack(data_dir, port=free_port(), hardware="cpu", workers=1)
+    stack.start()
+    try:
+        client = Client(stack.url, token=service_tuning.token_for(data_dir))
+        variant = client.post("/v1/variants", {"slot": "dense_gemm", "language": "torch", "source": source,
+                                               "config_space": {"n_chunks": [1]}, "provenance": {"author": "tests"}})
+        created = client.post("/v1/jobs", {"variant_id": variant["id"], "hardware": "cpu", "configs": "all",
+                                           "deployment": {"spec": "tiny-moe", "tp": 1, "batch_sizes": [1]}})
+        jobs = [{"job_id": created["job"]["id"]}]
+        t0 = time.monotonic()
+        while client.get(f"/v1/jobs/{jobs[0]['job_id']}")["progress"]["running"] == 0:
+            assert time.monotonic() - t0 < 180, "no run was claimed"
+            time.sleep(0.2)
+        client.post(f"/v1/jobs/{jobs[0]['job_id']}/cancel")
+        assert service_tuning.settle(client, jobs, grace_s=0) >= 1  # in flight: a cancel leaves it running
+        assert service_tuning.settle(client, jobs, grace_s=120) == 0
+        progress = client.get(f"/v1/jobs/{jobs[0]['job_id']}")["progress"]
+        assert progress["running"] == 0 and progress["done"] >= 1 and progress["by_verdict"].get("passed", 0) >= 1
+    finally:
+        stack.stop()
