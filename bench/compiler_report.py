@@ -54,6 +54,13 @@ def ptxas_path() -> str:
     return str(get_ptxas(90).path)
 
 
+def cuobjdump_path() -> str:
+    """The cuobjdump Triton resolves (bundled beside its ptxas, or TRITON_CUOBJDUMP_PATH)."""
+    from triton import knobs
+
+    return str(knobs.nvidia.cuobjdump.path)
+
+
 def ptx_of(variant: Path, language: str, config: dict[str, Any], shape: dict[str, Any]) -> str:
     if language == "triton":
         spec = importlib.util.spec_from_file_location(f"kt_report_{variant.stem}", variant)
@@ -124,13 +131,11 @@ def _ptxas_module(ptx: str) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         path, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
         Path(path).write_text(ptx)
-        ptxas = ptxas_path()
-        proc = subprocess.run([ptxas, "-arch=sm_90a", "-v", "-o", cubin, path],
+        proc = subprocess.run([ptxas_path(), "-arch=sm_90a", "-v", "-o", cubin, path],
                               capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
             raise RuntimeError(f"ptxas failed: {proc.stderr.strip()[:500]}")
-        cuobjdump = Path(ptxas).with_name("cuobjdump")  # beside the ptxas Triton bundles
-        dump = subprocess.run([str(cuobjdump), "-sass", cubin], capture_output=True, text=True, timeout=300)
+        dump = subprocess.run([cuobjdump_path(), "-sass", cubin], capture_output=True, text=True, timeout=300)
         bursts = load_bursts(dump.stdout) if dump.returncode == 0 else {}
     kernels: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
