@@ -1,0 +1,274 @@
+"""dense_gemm in CuTe DSL: the tensor-core GEMV (mma.sync m16n8k16) with W streamed through a per-thread ring of
+shared memory that cp.async fills STAGES - 1 steps ahead.
+
+out[M, N] = x[M, K] @ w[N, K]^T, bf16 in and out, fp32 accumulate, for M <= 16 (decode).
+
+Why: dense_gemm_mma_gemv.py feeds its MMAs from the registers of 16-byte global loads, so the bytes a thread has in
+flight are registers. Unfenced, ptxas issues each load ~4 MMAs ahead of its use; fenced, a whole chunk is in
+flight but drains before the next one starts (a DRAM round trip per chunk), and at fused_qkv_a M = 16 its 114
+registers left one CTA per SM: 20.5% achieved occupancy, 41.6% of DRAM throughput in Nsight Compute (session ZN,
+bench/results/2026-12-06-h200-ncu-dense.md), 12.99 us against the Triton split-K's 11.46. Here the loads are
+cp.async copies into shared memory, which hold no registers while in flight: a thread keeps STAGES - 1 steps of
+its W vectors (and its x vectors, XRING 1) in flight at all times, the way a multistage GEMM keeps its tiles, and
+reads a step back with ld.shared just before the step's MMAs.
+Each thread reads back only the bytes it copied itself, so cp.async.wait_group alone orders the copy before the
+read: no barrier in the loop. A slot is refilled one step after it was read (its registers have fed that step's
+MMAs), so no copy overwrites bytes a read still needs. The ring is laid out thread-fastest in 16-byte units, so a
+warp's 32 copies or reads of one vector touch 512 contiguous bytes (no bank conflicts).
+
+The MMA mapping is the one of dense_gemm_mma_gemv.py: a sum over K does not depend on the order of K, so lane
+(g, t) (g = lane / 4, t = lane % 4) takes A's K slots {2t, 2t+1, 2t+8, 2t+9} and B's same slots from 4 consecutive
+elements of one 16-byte vector (elements 4h .. 4h+3 for the step's two K halves h): the vector read back is the
+fragment. WROWS 16: W rows g and g + 8 of a 16-row tile are A, x row 8j + g is B (n-tile j); WROWS 8: x rows g and
+g + 8 are A (zeros past M <= 8), W row g of an 8-row tile is B. A warp step covers 32 elements of K (lane t's
+vector at t * 8); a CTA owns RT row tiles and its KWARPS warps interleave over K (warp w takes steps w, w + KWARPS,
+...); the KWARPS partial sums meet in shared memory after one barrier, and thread i sums output i's in warp order
+(deterministic) and stores it as bf16. x rows past M are read as row M - 1 (in bounds) and their outputs never
+stored. Every output element is written on every call by exactly one thread; inputs are never written.
+
+Shapes are compile-time constants (a build is per (N, K, M)) and the kernel takes raw pointers, as the other
+CuTe GEMVs do.
+"""
+# No `from __future__ import annotations`: CuTe DSL reads cutlass.Constexpr annotations as objects.
+
+
+import torch
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils
+from cutlass.cute.nvgpu import cpasync
+from cutlass.cute.runtime import make_ptr
+
+CONFIG_SPACE = {
+    # rows of W per MMA tile: 16 = W is the A operand (x^T the B operand, 8 columns of M per n-tile); 8 = W is the
+    # B operand (x the A operand, all 16 rows of M in one MMA): half the rows per CTA, so twice the CTAs
+    "WROWS": [8, 16],
+    "RT": [1, 2, 4],               # row tiles of W per CTA
+    # warps per CTA, interleaved over K in 32-element steps; 3/6/12/24 divide q_lora_rank 1536, 7/14/28 hidden 7168
+    "KWARPS": [1, 2, 3, 4, 6, 7, 8, 12, 14, 16, 24, 28, 32],
+    "STAGES": [2, 3, 4, 6, 8, 12, 16],  # ring slots per thread: STAGES - 1 steps in flight while one is computed
+    "XRING": [0, 1],  # 1: x's vectors go through the ring too; 0: plain loads at the step (x is small, L2-resident)
+}
+CONSTRAINTS = [
+    "M <= 16",                        # all of M in 16 MMA rows (WROWS 8) or two n-tiles of 8 columns (WROWS 16)
+    "N % (WROWS * RT) == 0",          # a CTA's row tiles are all in range
+    "K % (32 * KWARPS) == 0",         # every warp the same whole number of 32-element steps
+    "STAGES <= K // (32 * KWARPS)",   # no more slots than a warp has steps
+    "K // (32 * KWARPS) <= 112",      # the loop is unrolled at compile time: bounded code size
+    "KWARPS * WROWS * RT * ((M + 7) // 8) <= 1024",  # the cross-warp sums fit 32 KB of shared memory
+    # the ring (16 bytes per thread, vector and slot) and the cross-warp sums within the SM's 227 KB
+    "STAGES * (RT * WROWS // 8 + XRING * ((M + 7) // 8)) * 32 * KWARPS * 16"
+    " + KWARPS * WROWS * RT * 8 * ((M + 7) // 8) * 4 <= 232448",
+]
+CLAIMS = {"ptx_contains": ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "cp.async.cg.shared.global",
+                           "cp.async.wait_group", "bar.sync"]}
+
+VEC = 8  # bf16 elements per 16-byte vector
+WARP = 32
+STEP = 4 * VEC  # K elements of one warp step: 4 lanes (t = 0..3) of one row, a vector each
+
+
+def _a_fragment(a, lo, hi, h: int) -> None:
+    """A's PTX registers a0..a7 are (row g, K slot 2t) (g, 2t+1) (g+8, 2t) (g+8, 2t+1) (g, 2t+8) (g, 2t+9)
+    (g+8, 2t+8) (g+8, 2t+9); K slots 2t, 2t+1, 2t+8, 2t+9 are elements 4h .. 4h+3 of the lane's vectors."""
+    a[0] = lo[4 * h]
+    a[1] = lo[4 * h + 1]
+    a[2] = hi[4 * h]
+    a[3] = hi[4 * h + 1]
+    a[4] = lo[4 * h + 2]
+    a[5] = lo[4 * h + 3]
+    a[6] = hi[4 * h + 2]
+    a[7] = hi[4 * h + 3]
+
+
+def _vector(src):
+    v = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.BFloat16)
+    v.store(src.load())
+    return v
+
+
+@cute.kernel
+def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor,
+                 M: cutlass.Constexpr, N: cutlass.Constexpr, K: cutlass.Constexpr, WROWS: cutlass.Constexpr,
+                 RT: cutlass.Constexpr, KWARPS: cutlass.Constexpr, STAGES: cutlass.Constexpr,
+                 XRING: cutlass.Constexpr):
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    warp = tidx // WARP
+    lane = tidx % WARP
+    g = lane // 4
+    t = lane % 4
+    n0 = bidx * (WROWS * RT)
+    MT = (M + 7) // 8                 # 8-row groups of M: n-tiles (WROWS 16), or A's halves in use (WROWS 8)
+    NT = MT if WROWS == 16 else 1     # MMAs per row tile, K half and step
+    VW = RT * WROWS // 8              # W vectors of a thread per step
+    VX = MT * XRING                   # x vectors of a thread per step that go through the ring
+    THREADS = WARP * KWARPS
+
+    mma = cute.make_mma_atom(cute.nvgpu.warp.MmaF16BF16Op(cutlass.BFloat16, cutlass.Float32, (16, 8, 16)))
+    # W bypasses L1 (read once); x may hit L1, as other CTAs on the SM read the same x
+    copy_w = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL), cutlass.BFloat16,
+                                 num_bits_per_copy=128)
+    copy_x = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.ALWAYS), cutlass.BFloat16,
+                                 num_bits_per_copy=128)
+
+    smem = cutlass.utils.SmemAllocator()
+    # (vector, thread, vector of the step, slot): thread-fastest 16-byte units
+    ring = smem.allocate_tensor(cutlass.BFloat16, cute.make_layout(((1, VEC), THREADS, VW + VX, STAGES)), 16)
+    # One fp32 partial per (warp, W row of the CTA, column of M): the cross-warp half of the K reduction.
+    red = smem.allocate_tensor(cutlass.Float32, cute.make_layout((KWARPS, WROWS * RT, 8 * MT)), 16)
+
+    # ((1, VEC), (rows, K // VEC)): one mode-0 slice is one 16-byte vector.
+    gX = cute.zipped_divide(mX, (1, VEC))
+    gW = cute.zipped_divide(mW, (1, VEC))
+
+    # x row of this lane per 8-row group of M; rows past M read row M - 1 (their outputs are never stored)
+    xrow = [cutlass.min(8 * j + g, M - 1) if 8 * j + 8 > M else 8 * j + g for j in range(MT)]
+    # W row of this lane per W vector of a step: row tile rt, half (rows g, g + 8 of a 16-row tile)
+    wrow = [n0 + rt * WROWS + half * 8 + g for rt in range(RT) for half in range(WROWS // 8)]
+
+    steps = K // STEP // KWARPS                       # a Python int: the constraints make it whole
+
+    def kv_of(s: int):  # vector index along K of this lane in the warp's step s
+        return (s * KWARPS + warp) * (STEP // VEC) + t
+
+    def one(src):  # a 16-byte vector as (the copy atom's 8 values, 1 copy)
+        return cute.make_tensor(src.iterator, cute.make_layout((VEC, 1)))
+
+    def issue(s: int) -> None:  # the copies of step s into its slot, s % STAGES
+        for v in cutlass.range_constexpr(VW):
+            cute.copy(copy_w, one(gW[(None, (wrow[v], kv_of(s)))]), one(ring[(None, tidx, v, s % STAGES)]))
+        for j in cutlass.range_constexpr(VX):
+            cute.copy(copy_x, one(gX[(None, (xrow[j], kv_of(s)))]), one(ring[(None, tidx, VW + j, s % STAGES)]))
+
+    acc = cute.make_rmem_tensor(cute.make_layout((4, RT, NT)), cutlass.Float32)
+    for i in cutlass.range_constexpr(4 * RT * NT):
+        acc[i] = cutlass.Float32(0.0)
+    a = cute.make_rmem_tensor(cute.make_layout((8, 1, 1)), cutlass.BFloat16)  # (V, M, K) for cute.gemm
+    zero = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.BFloat16)    # A's rows 8-15 when M <= 8
+    for i in cutlass.range_constexpr(VEC):
+        zero[i] = cutlass.BFloat16(0.0)
+
+    # Prologue: steps 0 .. STAGES - 2 in flight, a group each (the constraints give at least STAGES steps).
+    for s in cutlass.range_constexpr(STAGES - 1):
+        issue(s)
+        cute.arch.cp_async_commit_group()
+    for s in cutlass.range_constexpr(steps):
+        # refill the slot step s - 1 was read from; one group per step even when empty, so that waiting for all
+        # but the newest STAGES - 1 groups always means step s has landed
+        if cutlass.const_expr(s + STAGES - 1 < steps):
+            issue(s + STAGES - 1)
+        cute.arch.cp_async_commit_group()
+        cute.arch.cp_async_wait_group(STAGES - 1)
+        slot = s % STAGES
+        ws = [_vector(ring[(None, tidx, v, slot)]) for v in range(VW)]
+        if cutlass.const_expr(XRING):
+            xs = [_vector(ring[(None, tidx, VW + j, slot)]) for j in range(MT)]
+        else:
+            xs = [_vector(gX[(None, (xrow[j], kv_of(s)))]) for j in range(MT)]
+        for rt in cutlass.range_constexpr(RT):
+            for h in cutlass.range_constexpr(2):       # elements 0-3, then 4-7 of the vectors
+                if cutlass.const_expr(WROWS == 16):
+                    # A: W rows g, g + 8 of the tile; B (b0..b3): x row 8j + g, K slots as A's
+                    _a_fragment(a, ws[rt * 2], ws[rt * 2 + 1], h)
+                    for j in cutlass.range_constexpr(NT):
+                        b = cute.make_tensor(xs[j].iterator + 4 * h, cute.make_layout((4, 1, 1)))
+                        d = cute.make_tensor(acc.iterator + 4 * (rt + RT * j), cute.make_layout((4, 1, 1)))
+                        cute.gemm(mma, d, a, b, d)
+                else:
+                    # A: x rows g, g + 8; B: W row g of the tile
+                    _a_fragment(a, xs[0], xs[1] if MT == 2 else zero, h)
+                    b = cute.make_tensor(ws[rt].iterator + 4 * h, cute.make_layout((4, 1, 1)))
+                    d = cute.make_tensor(acc.iterator + 4 * rt, cute.make_layout((4, 1, 1)))
+                    cute.gemm(mma, d, a, b, d)
+
+    # C (c0..c3): (A row g, B column 2t) (g, 2t+1) (g+8, 2t) (g+8, 2t+1) of each (row tile, n-tile)
+    for rt in cutlass.range_constexpr(RT):
+        for j in cutlass.range_constexpr(NT):
+            for i in cutlass.range_constexpr(4 if MT == 2 or WROWS == 16 else 2):
+                if cutlass.const_expr(WROWS == 16):
+                    red[warp, rt * 16 + g + 8 * (i // 2), 8 * j + 2 * t + i % 2] = acc[i, rt, j]
+                else:
+                    red[warp, rt * 8 + 2 * t + i % 2, g + 8 * (i // 2)] = acc[i, rt, j]
+    cute.arch.sync_threads()
+    # M * WROWS * RT outputs, n fastest (coalesced stores), over WARP * KWARPS threads
+    rows = WROWS * RT
+    outs = M * rows
+    for p in cutlass.range_constexpr((outs + THREADS - 1) // THREADS):
+        i = tidx + p * THREADS
+        if i < outs:
+            row = i % rows
+            m = i // rows
+            total = cutlass.Float32(0.0)
+            for w in cutlass.range_constexpr(KWARPS):
+                total = total + red[w, row, m]
+            mO[m, n0 + row] = total.to(cutlass.BFloat16)
+
+
+@cute.jit
+def _gemv(x_ptr: cute.Pointer, w_ptr: cute.Pointer, o_ptr: cute.Pointer, stream: cuda.CUstream,
+          M: cutlass.Constexpr, N: cutlass.Constexpr, K: cutlass.Constexpr,
+          WROWS: cutlass.Constexpr, RT: cutlass.Constexpr, KWARPS: cutlass.Constexpr, STAGES: cutlass.Constexpr,
+          XRING: cutlass.Constexpr):
+    mX = cute.make_tensor(x_ptr, cute.make_layout((M, K), stride=(K, 1)))
+    mW = cute.make_tensor(w_ptr, cute.make_layout((N, K), stride=(K, 1)))
+    mO = cute.make_tensor(o_ptr, cute.make_layout((M, N), stride=(N, 1)))
+    _gemv_kernel(mX, mW, mO, M, N, K, WROWS, RT, KWARPS, STAGES, XRING).launch(
+        grid=(N // (WROWS * RT), 1, 1),
+        block=(KWARPS * WARP, 1, 1),
+        stream=stream,
+    )
+
+
+def _params(config: dict, shape: dict) -> tuple[int, int, int, int, int, int, int, int]:
+    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
+    wrows = int(config.get("WROWS", 16))
+    rt = int(config.get("RT", 1))
+    kwarps = int(config.get("KWARPS", 8))
+    stages = int(config.get("STAGES", 4))
+    xring = int(config.get("XRING", 1))
+    env = {"M": m, "N": n, "K": k, "WROWS": wrows, "RT": rt, "KWARPS": kwarps, "STAGES": stages, "XRING": xring}
+    for rule in CONSTRAINTS:
+        if not eval(rule, {}, env):  # noqa: S307 - rules are this module's own constants
+            raise ValueError(f"config {config} violates {rule!r} for M={m} N={n} K={k}")
+    return m, n, k, wrows, rt, kwarps, stages, xring
+
+
+def _ptrs(x_addr: int, w_addr: int, o_addr: int) -> tuple:
+    bf16, gmem = cutlass.BFloat16, cute.AddressSpace.gmem
+    return (make_ptr(bf16, x_addr, gmem, assumed_align=16), make_ptr(bf16, w_addr, gmem, assumed_align=16),
+            make_ptr(bf16, o_addr, gmem, assumed_align=16))
+
+
+def _compile_args(config: dict, shape: dict, stream) -> tuple:
+    # Any 16-byte aligned address serves for compiling: only the layouts are baked in.
+    return (*_ptrs(16, 16, 16), stream, *_params(config, shape))
+
+
+def compile_target(config: dict, shape: dict) -> tuple:
+    """The @cute.jit function and its compile arguments, for an ahead-of-time compile with no GPU."""
+    from cutlass.cute.runtime import make_fake_stream
+
+    return _gemv, _compile_args(config, shape, make_fake_stream())
+
+
+def build(config: dict, shape: dict):
+    m, n, k, *_ = _params(config, shape)
+    stream0 = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+    compiled = cute.compile(_gemv, *_compile_args(config, shape, stream0))
+
+    def run(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
+        # Static layouts: the tensors must be exactly the compiled shapes, contiguous, 16B aligned.
+        if x.shape != (m, k) or w.shape != (n, k) or out.shape != (m, n):
+            raise ValueError(f"shapes {tuple(x.shape)} {tuple(w.shape)} {tuple(out.shape)} != built M={m} N={n} K={k}")
+        if not (x.is_contiguous() and w.is_contiguous() and out.is_contiguous()):
+            raise ValueError("x, w and out must be contiguous")
+        xa, wa, oa = x.data_ptr(), w.data_ptr(), out.data_ptr()
+        if (xa | wa | oa) & 15:
+            raise ValueError("x, w and out must be 16-byte aligned")
+        # The current stream, so CUDA-graph capture and stream semantics hold.
+        compiled(*_ptrs(xa, wa, oa), cuda.CUstream(torch.cuda.current_stream().cuda_stream))
+
+    return run
