@@ -41,7 +41,7 @@ VARIANTS = REPO / "kernels" / "variants"
 BLOCK_FILES = {"add_rmsnorm": "add_rmsnorm_fused", "rmsnorm_gemm": "rmsnorm_gemm_fused"}
 # the fused_qkv_a winners this block can run: Triton's, and CuTe DSL's (x, w, out) GEMVs
 GEMM_FILES = ("dense_gemm_gemv", "dense_gemm_splitk", "dense_gemm_swapab", "dense_gemm_warp_gemv",
-              "dense_gemm_ksplit_gemv", "dense_gemm_mma_gemv")
+              "dense_gemm_ksplit_gemv", "dense_gemm_mma_gemv", "dense_gemm_ring_gemv")
 
 
 def load(stem: str):
