@@ -2,8 +2,9 @@
 through the CuTe backend and what its PTX shows: one cp.async per W (and x) vector and step, STAGES - 1 groups in
 flight before the first wait, every ring read of a step preceded by a wait that has landed the copy of exactly
 those bytes (a replay of the PTX's copies, commits, waits and reads), W through L2 only (.cg) and x through L1
-(.ca), MMAs fed by the ring reads, one barrier, one store per output, and the constraints. Its numbers are checked
-on the GPU by the service's own check stage at every batch size a plan runs."""
+(.ca), MMAs fed by the ring reads, one barrier, one store per output, the K split's partials met in the last CTA,
+and the constraints. Its numbers are checked on the GPU by the service's own check stage at every batch size a plan
+runs."""
 
 from __future__ import annotations
 
@@ -141,6 +142,41 @@ def test_the_replay_catches_a_read_before_its_wait() -> None:
         replay([("copy", 0), ("commit", 0), ("copy", 0), ("commit", 0), ("wait", 0)])
 
 
+@pytest.mark.parametrize(("config", "m", "shp"), [
+    ({"WROWS": 16, "RT": 4, "KWARPS": 8, "STAGES": 4, "KSPLIT": 4}, 16, FUSED_QKV_A),
+    ({"WROWS": 16, "RT": 2, "KWARPS": 4, "STAGES": 4, "KSPLIT": 3}, 4, Q_B_PROJ),
+])
+def test_a_k_split_ctas_partials_meet_in_the_last_cta_in_k_order(mod, config: dict, m: int, shp: dict) -> None:
+    """KSPLIT > 1: each CTA covers its slice of K (a 1/KSPLIT share of the copies), stores fp32 partials, fences,
+    and one thread counts the CTA in with one atomic; the CTA that counts KSPLIT - 1 fences, adds the KSPLIT
+    partials of each output (slice 0 first, one partial-buffer stride apart) and stores bf16, then rearms its
+    counter with a store of 0."""
+    ptx = ptx_of(mod, config, shape(m, **shp))
+    body = lines(ptx)
+    steps = shp["K"] // 32 // config["KWARPS"] // config["KSPLIT"]
+    rows = config["WROWS"] * config["RT"]
+    threads = 32 * config["KWARPS"]
+    stores = (m * rows + threads - 1) // threads
+    assert sum(ln.startswith("cp.async.cg") for ln in body) == config["RT"] * config["WROWS"] // 8 * steps
+    assert sum(ln.startswith("st.global.f32") for ln in body) == stores
+    atomics = [i for i, ln in enumerate(body) if ln.startswith("atom.global.add.u32")]
+    fences = [i for i, ln in enumerate(body) if ln.startswith("fence.acq_rel.gpu")]
+    assert len(atomics) == 1 and len(fences) == 2 and fences[0] < atomics[0] < fences[1]
+    assert re.search(rf"setp\.ne\.s32\s+%p\d+, %r\d+, {config['KSPLIT'] - 1};", ptx)  # "am I the last CTA"
+    sums = [ln for ln in body[fences[1]:] if ln.startswith("ld.global.f32")]
+    assert len(sums) == config["KSPLIT"] * stores
+    stride = m * shp["N"] * 4
+    offsets = [int(o or 0) for o in re.findall(r"ld\.global\.f32\s+%f\d+, \[%rd\d+(?:\+(\d+))?\]", "\n".join(sums))]
+    assert offsets[:config["KSPLIT"]] == [z * stride for z in range(config["KSPLIT"])]
+    assert sum(ln.startswith("st.global.b16") for ln in body[fences[1]:]) == stores
+    assert body[[i for i, ln in enumerate(body) if ln.startswith("st.global")][-1]].startswith("st.global.u32")
+
+
+def test_without_k_split_no_partials_no_atomics(mod) -> None:
+    ptx = ptx_of(mod, {"WROWS": 16, "RT": 1, "KWARPS": 8, "STAGES": 6}, shape(16, **FUSED_QKV_A))
+    assert "atom." not in ptx and "st.global.f32" not in ptx and "fence." not in ptx
+
+
 def test_x_loaded_at_the_step_with_xring_0(mod) -> None:
     body = lines(ptx_of(mod, {"WROWS": 8, "RT": 1, "KWARPS": 8, "STAGES": 8, "XRING": 0},
                         shape(4, **FUSED_QKV_A)))
@@ -163,21 +199,27 @@ def test_every_output_has_a_thread_that_stores_it(mod, config: dict, m: int, sto
 @pytest.mark.parametrize(("config", "shp", "rule"), [
     ({"RT": 1, "KWARPS": 1, "STAGES": 2}, shape(17, **FUSED_QKV_A), "M <= 16"),
     ({"WROWS": 16, "RT": 4, "KWARPS": 1, "STAGES": 2}, shape(1, 1040, 1024), "N % (WROWS * RT) == 0"),
-    ({"WROWS": 8, "RT": 1, "KWARPS": 3, "STAGES": 2}, shape(1, **FUSED_QKV_A), "K % (32 * KWARPS) == 0"),
-    ({"WROWS": 8, "RT": 1, "KWARPS": 8, "STAGES": 8}, shape(1, 1536, 1536), "STAGES <= K // (32 * KWARPS)"),
-    ({"WROWS": 8, "RT": 1, "KWARPS": 1, "STAGES": 4}, shape(1, **FUSED_QKV_A), "K // (32 * KWARPS) <= 112"),
+    ({"WROWS": 8, "RT": 1, "KWARPS": 3, "STAGES": 2}, shape(1, **FUSED_QKV_A), "K % (32 * KWARPS * KSPLIT) == 0"),
+    ({"WROWS": 8, "RT": 1, "KWARPS": 4, "KSPLIT": 3}, shape(1, **FUSED_QKV_A), "K % (32 * KWARPS * KSPLIT) == 0"),
+    ({"WROWS": 8, "RT": 1, "KWARPS": 8, "STAGES": 8}, shape(1, 1536, 1536), "STAGES <= K // (32 * KWARPS * KSPLIT)"),
+    ({"WROWS": 8, "RT": 1, "KWARPS": 2, "STAGES": 8, "KSPLIT": 4}, shape(1, 1536, 1536),
+     "STAGES <= K // (32 * KWARPS * KSPLIT)"),
+    ({"WROWS": 8, "RT": 1, "KWARPS": 1, "STAGES": 4}, shape(1, **FUSED_QKV_A), "K // (32 * KWARPS * KSPLIT) <= 112"),
     ({"WROWS": 16, "RT": 4, "KWARPS": 16, "STAGES": 2}, shape(16, **O_PROJ),
      "KWARPS * WROWS * RT * ((M + 7) // 8) <= 1024"),
     ({"WROWS": 16, "RT": 2, "KWARPS": 14, "STAGES": 16, "XRING": 1}, shape(16, **FUSED_QKV_A), "<= 232448"),
+    ({"WROWS": 16, "RT": 4, "KWARPS": 8, "STAGES": 5, "KSPLIT": 4}, shape(16, **FUSED_QKV_A), "<= 232448"),
 ])
 def test_constraints_refuse_ragged_or_oversized_configs(mod, config: dict, shp: dict, rule: str) -> None:
     with pytest.raises(ValueError, match=re.escape(rule)):
         mod._params(config, shp)
 
 
-@pytest.mark.parametrize(("plan_name", "runs"), [("ring_gemv_zp", 70), ("zp_all", 106)])
-def test_the_zp_plans_hold_only_configs_their_variants_accept(plan_name: str, runs: int, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("plan_name", "runs", "ring_runs"), [("ring_gemv_zp", 70, 70), ("zp_all", 106, 70),
+                                                            ("ring_ksplit_zq", 44, 44), ("zq_all", 114, 114)])
+def test_the_zp_and_zq_plans_hold_only_configs_their_variants_accept(plan_name: str, runs: int, ring_runs: int,
+                                                                     tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from kernels.deployment import Deployment
     from kernels.slots.dense_gemm import DenseGemm
 
@@ -198,4 +240,4 @@ def test_the_zp_plans_hold_only_configs_their_variants_accept(plan_name: str, ru
     assert len(seen) == len(set(seen)) == runs
     # the ring GEMV's runs come first, so a deadline cuts the older kernel's neighbours, not the new one
     ring = [f.endswith("ring_gemv.py") for f, *_ in seen]
-    assert ring == sorted(ring, reverse=True) and sum(ring) == 70
+    assert ring == sorted(ring, reverse=True) and sum(ring) == ring_runs

@@ -26,6 +26,19 @@ vector at t * 8); a CTA owns RT row tiles and its KWARPS warps interleave over K
 (deterministic) and stores it as bf16. x rows past M are read as row M - 1 (in bounds) and their outputs never
 stored. Every output element is written on every call by exactly one thread; inputs are never written.
 
+KSPLIT > 1 splits K over that many CTAs per row block (grid y), each on a contiguous slice: every CTA reads all of
+x over its K, so at 16-row tiles and M = 16 x's bytes from L2 equal W's; RT 2-4 rows tiles per CTA cut that to a
+half or a quarter and KSPLIT keeps the CTA count. Each CTA stores its fp32 partials to the build's own buffer,
+fences, and counts itself in with one atomic per CTA; the CTA that counts last fences, adds the KSPLIT partials of
+each output in K order (deterministic), stores bf16 and sets the counter back to 0 for the next call. A build's
+buffers serve one stream at a time, as a decode step's kernels do.
+
+Measured (session ZP, H100, KSPLIT 1 only; bench/results/2026-12-06-h100-decode-tuning-h100-zp.md): correct in
+all 70 runs and in the export's self-test; won o_proj M = 16 (8.12 us against cuBLAS's 8.26, which had won every
+earlier H100 table there) and q_b_proj M = 16 (5.05); second at fused_qkv_a M = 16 (14.41 against the Triton
+split-K's 14.04; the fenced tensor-core GEMV took 14.79). 16-row tiles beat 8-row tiles at every M (fused_qkv_a
+M = 16: 14.66 against 17.64 us at 8 warps), and x loaded at the step (XRING 0) lost every pair, hence KSPLIT.
+
 Shapes are compile-time constants (a build is per (N, K, M)) and the kernel takes raw pointers, as the other
 CuTe GEMVs do.
 """
@@ -38,8 +51,11 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils
+from cutlass._mlir.dialects import nvvm
+from cutlass._mlir.dialects.nvvm import AtomicOpKind, MemOrderKind, MemScopeKind
 from cutlass.cute.nvgpu import cpasync
 from cutlass.cute.runtime import make_ptr
+from cutlass.cutlass_dsl import T, dsl_user_op
 
 CONFIG_SPACE = {
     # rows of W per MMA tile: 16 = W is the A operand (x^T the B operand, 8 columns of M per n-tile); 8 = W is the
@@ -50,17 +66,22 @@ CONFIG_SPACE = {
     "KWARPS": [1, 2, 3, 4, 6, 7, 8, 12, 14, 16, 24, 28, 32],
     "STAGES": [2, 3, 4, 6, 8, 12, 16],  # ring slots per thread: STAGES - 1 steps in flight while one is computed
     "XRING": [0, 1],  # 1: x's vectors go through the ring too; 0: plain loads at the step (x is small, L2-resident)
+    # CTAs per row block, each on a contiguous 1/KSPLIT of K: every CTA reads all of x for its K, so more rows per
+    # CTA (RT) cut x's L2 traffic and KSPLIT keeps the CTA count; the last CTA of a row block to finish adds the
+    # KSPLIT fp32 partials in K order and stores bf16
+    "KSPLIT": [1, 2, 3, 4, 7, 8],
 }
 CONSTRAINTS = [
     "M <= 16",                        # all of M in 16 MMA rows (WROWS 8) or two n-tiles of 8 columns (WROWS 16)
     "N % (WROWS * RT) == 0",          # a CTA's row tiles are all in range
-    "K % (32 * KWARPS) == 0",         # every warp the same whole number of 32-element steps
-    "STAGES <= K // (32 * KWARPS)",   # no more slots than a warp has steps
-    "K // (32 * KWARPS) <= 112",      # the loop is unrolled at compile time: bounded code size
+    "K % (32 * KWARPS * KSPLIT) == 0",         # every warp the same whole number of 32-element steps
+    "STAGES <= K // (32 * KWARPS * KSPLIT)",   # no more slots than a warp has steps
+    "K // (32 * KWARPS * KSPLIT) <= 112",      # the loop is unrolled at compile time: bounded code size
     "KWARPS * WROWS * RT * ((M + 7) // 8) <= 1024",  # the cross-warp sums fit 32 KB of shared memory
-    # the ring (16 bytes per thread, vector and slot) and the cross-warp sums within the SM's 227 KB
+    # the ring (16 bytes per thread, vector and slot), the cross-warp sums and the counter's word within the
+    # SM's 227 KB
     "STAGES * (RT * WROWS // 8 + XRING * ((M + 7) // 8)) * 32 * KWARPS * 16"
-    " + KWARPS * WROWS * RT * 8 * ((M + 7) // 8) * 4 <= 232448",
+    " + KWARPS * WROWS * RT * 8 * ((M + 7) // 8) * 4 + 16 <= 232448",
 ]
 CLAIMS = {"ptx_contains": ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "cp.async.cg.shared.global",
                            "cp.async.wait_group", "bar.sync"]}
@@ -83,6 +104,14 @@ def _a_fragment(a, lo, hi, h: int) -> None:
     a[7] = hi[4 * h + 3]
 
 
+@dsl_user_op
+def _atomic_add(ptr: cute.Pointer, value: cutlass.Int32, *, loc=None, ip=None) -> cutlass.Int32:
+    """atom.add.u32 at GPU scope, relaxed: the writers' fences before it and the reader's fence after it order
+    the partials (the fence-fence synchronisation of the PTX memory model)."""
+    return cutlass.Int32(nvvm.atomicrmw(T.i32(), AtomicOpKind.ADD, ptr.llvm_ptr, value.ir_value(loc=loc, ip=ip),
+                                        mem_order=MemOrderKind.RELAXED, syncscope=MemScopeKind.GPU, loc=loc, ip=ip))
+
+
 def _vector(src):
     v = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.BFloat16)
     v.store(src.load())
@@ -90,12 +119,12 @@ def _vector(src):
 
 
 @cute.kernel
-def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor,
+def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, mP: cute.Tensor, mC: cute.Tensor,
                  M: cutlass.Constexpr, N: cutlass.Constexpr, K: cutlass.Constexpr, WROWS: cutlass.Constexpr,
                  RT: cutlass.Constexpr, KWARPS: cutlass.Constexpr, STAGES: cutlass.Constexpr,
-                 XRING: cutlass.Constexpr):
+                 XRING: cutlass.Constexpr, KSPLIT: cutlass.Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
-    bidx, _, _ = cute.arch.block_idx()
+    bidx, kz, _ = cute.arch.block_idx()   # row block, K slice
     warp = tidx // WARP
     lane = tidx % WARP
     g = lane // 4
@@ -119,6 +148,7 @@ def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor,
     ring = smem.allocate_tensor(cutlass.BFloat16, cute.make_layout(((1, VEC), THREADS, VW + VX, STAGES)), 16)
     # One fp32 partial per (warp, W row of the CTA, column of M): the cross-warp half of the K reduction.
     red = smem.allocate_tensor(cutlass.Float32, cute.make_layout((KWARPS, WROWS * RT, 8 * MT)), 16)
+    last = smem.allocate_tensor(cutlass.Int32, cute.make_layout(1), 4)  # KSPLIT > 1: the counter's old value
 
     # ((1, VEC), (rows, K // VEC)): one mode-0 slice is one 16-byte vector.
     gX = cute.zipped_divide(mX, (1, VEC))
@@ -129,10 +159,10 @@ def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor,
     # W row of this lane per W vector of a step: row tile rt, half (rows g, g + 8 of a 16-row tile)
     wrow = [n0 + rt * WROWS + half * 8 + g for rt in range(RT) for half in range(WROWS // 8)]
 
-    steps = K // STEP // KWARPS                       # a Python int: the constraints make it whole
+    steps = K // STEP // KWARPS // KSPLIT             # a Python int: the constraints make it whole
 
-    def kv_of(s: int):  # vector index along K of this lane in the warp's step s
-        return (s * KWARPS + warp) * (STEP // VEC) + t
+    def kv_of(s: int):  # vector index along K of this lane in the warp's step s of the CTA's K slice
+        return ((kz * steps + s) * KWARPS + warp) * (STEP // VEC) + t
 
     def one(src):  # a 16-byte vector as (the copy atom's 8 values, 1 copy)
         return cute.make_tensor(src.iterator, cute.make_layout((VEC, 1)))
@@ -204,47 +234,76 @@ def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor,
             total = cutlass.Float32(0.0)
             for w in cutlass.range_constexpr(KWARPS):
                 total = total + red[w, row, m]
-            mO[m, n0 + row] = total.to(cutlass.BFloat16)
+            if cutlass.const_expr(KSPLIT == 1):
+                mO[m, n0 + row] = total.to(cutlass.BFloat16)
+            else:
+                mP[kz, m, n0 + row] = total
+    if cutlass.const_expr(KSPLIT > 1):
+        # Each writer fences its partials, the barrier gathers the fences, one atomic counts the CTA in; the CTA
+        # that counts last fences again (acquire) and owns the row block's outputs, then rearms the counter.
+        cute.arch.fence_acq_rel_gpu()
+        cute.arch.sync_threads()
+        if tidx == 0:
+            last[0] = _atomic_add(mC.iterator + bidx, cutlass.Int32(1))
+        cute.arch.sync_threads()
+        if last[0] == KSPLIT - 1:
+            cute.arch.fence_acq_rel_gpu()
+            for p in cutlass.range_constexpr((outs + THREADS - 1) // THREADS):
+                i = tidx + p * THREADS
+                if i < outs:
+                    row = i % rows
+                    m = i // rows
+                    total = cutlass.Float32(0.0)
+                    for z in cutlass.range_constexpr(KSPLIT):   # K order: the same sum on every call
+                        total = total + mP[z, m, n0 + row]
+                    mO[m, n0 + row] = total.to(cutlass.BFloat16)
+            if tidx == 0:
+                mC[bidx] = cutlass.Int32(0)
 
 
 @cute.jit
-def _gemv(x_ptr: cute.Pointer, w_ptr: cute.Pointer, o_ptr: cute.Pointer, stream: cuda.CUstream,
-          M: cutlass.Constexpr, N: cutlass.Constexpr, K: cutlass.Constexpr,
+def _gemv(x_ptr: cute.Pointer, w_ptr: cute.Pointer, o_ptr: cute.Pointer, p_ptr: cute.Pointer, c_ptr: cute.Pointer,
+          stream: cuda.CUstream, M: cutlass.Constexpr, N: cutlass.Constexpr, K: cutlass.Constexpr,
           WROWS: cutlass.Constexpr, RT: cutlass.Constexpr, KWARPS: cutlass.Constexpr, STAGES: cutlass.Constexpr,
-          XRING: cutlass.Constexpr):
+          XRING: cutlass.Constexpr, KSPLIT: cutlass.Constexpr):
     mX = cute.make_tensor(x_ptr, cute.make_layout((M, K), stride=(K, 1)))
     mW = cute.make_tensor(w_ptr, cute.make_layout((N, K), stride=(K, 1)))
     mO = cute.make_tensor(o_ptr, cute.make_layout((M, N), stride=(N, 1)))
-    _gemv_kernel(mX, mW, mO, M, N, K, WROWS, RT, KWARPS, STAGES, XRING).launch(
-        grid=(N // (WROWS * RT), 1, 1),
+    mP = cute.make_tensor(p_ptr, cute.make_layout((KSPLIT, M, N), stride=(M * N, N, 1)))  # fp32 partials
+    mC = cute.make_tensor(c_ptr, cute.make_layout(N // (WROWS * RT)))                    # a counter per row block
+    _gemv_kernel(mX, mW, mO, mP, mC, M, N, K, WROWS, RT, KWARPS, STAGES, XRING, KSPLIT).launch(
+        grid=(N // (WROWS * RT), KSPLIT, 1),
         block=(KWARPS * WARP, 1, 1),
         stream=stream,
     )
 
 
-def _params(config: dict, shape: dict) -> tuple[int, int, int, int, int, int, int, int]:
+def _params(config: dict, shape: dict) -> tuple[int, ...]:
     m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
     wrows = int(config.get("WROWS", 16))
     rt = int(config.get("RT", 1))
     kwarps = int(config.get("KWARPS", 8))
     stages = int(config.get("STAGES", 4))
     xring = int(config.get("XRING", 1))
-    env = {"M": m, "N": n, "K": k, "WROWS": wrows, "RT": rt, "KWARPS": kwarps, "STAGES": stages, "XRING": xring}
+    ksplit = int(config.get("KSPLIT", 1))
+    env = {"M": m, "N": n, "K": k, "WROWS": wrows, "RT": rt, "KWARPS": kwarps, "STAGES": stages, "XRING": xring,
+           "KSPLIT": ksplit}
     for rule in CONSTRAINTS:
         if not eval(rule, {}, env):  # noqa: S307 - rules are this module's own constants
             raise ValueError(f"config {config} violates {rule!r} for M={m} N={n} K={k}")
-    return m, n, k, wrows, rt, kwarps, stages, xring
+    return m, n, k, wrows, rt, kwarps, stages, xring, ksplit
 
 
-def _ptrs(x_addr: int, w_addr: int, o_addr: int) -> tuple:
+def _ptrs(x_addr: int, w_addr: int, o_addr: int, p_addr: int, c_addr: int) -> tuple:
     bf16, gmem = cutlass.BFloat16, cute.AddressSpace.gmem
     return (make_ptr(bf16, x_addr, gmem, assumed_align=16), make_ptr(bf16, w_addr, gmem, assumed_align=16),
-            make_ptr(bf16, o_addr, gmem, assumed_align=16))
+            make_ptr(bf16, o_addr, gmem, assumed_align=16), make_ptr(cutlass.Float32, p_addr, gmem, assumed_align=16),
+            make_ptr(cutlass.Int32, c_addr, gmem, assumed_align=16))
 
 
 def _compile_args(config: dict, shape: dict, stream) -> tuple:
     # Any 16-byte aligned address serves for compiling: only the layouts are baked in.
-    return (*_ptrs(16, 16, 16), stream, *_params(config, shape))
+    return (*_ptrs(16, 16, 16, 16, 16), stream, *_params(config, shape))
 
 
 def compile_target(config: dict, shape: dict) -> tuple:
@@ -255,9 +314,14 @@ def compile_target(config: dict, shape: dict) -> tuple:
 
 
 def build(config: dict, shape: dict):
-    m, n, k, *_ = _params(config, shape)
+    m, n, k, wrows, rt, _, _, _, ksplit = _params(config, shape)
     stream0 = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
     compiled = cute.compile(_gemv, *_compile_args(config, shape, stream0))
+    # KSPLIT > 1: the build's own partials and counters (zero; each call's last CTA per row block rearms its
+    # counter), so a build serves one stream at a time, as a decode step's kernels do
+    dev = torch.device("cuda", torch.cuda.current_device())
+    partials = torch.empty((ksplit, m, n) if ksplit > 1 else (4,), dtype=torch.float32, device=dev)
+    counters = torch.zeros(n // (wrows * rt), dtype=torch.int32, device=dev)
 
     def run(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
         # Static layouts: the tensors must be exactly the compiled shapes, contiguous, 16B aligned.
@@ -269,6 +333,7 @@ def build(config: dict, shape: dict):
         if (xa | wa | oa) & 15:
             raise ValueError("x, w and out must be 16-byte aligned")
         # The current stream, so CUDA-graph capture and stream semantics hold.
-        compiled(*_ptrs(xa, wa, oa), cuda.CUstream(torch.cuda.current_stream().cuda_stream))
+        compiled(*_ptrs(xa, wa, oa, partials.data_ptr(), counters.data_ptr()),
+                 cuda.CUstream(torch.cuda.current_stream().cuda_stream))
 
     return run
