@@ -177,6 +177,24 @@ def test_without_k_split_no_partials_no_atomics(mod) -> None:
     assert "atom." not in ptx and "st.global.f32" not in ptx and "fence." not in ptx
 
 
+@pytest.mark.parametrize(("config", "m", "shp"), [
+    ({"WROWS": 16, "RT": 1, "KWARPS": 8, "STAGES": 8}, 16, FUSED_QKV_A),   # 28 steps: a remainder
+    ({"WROWS": 16, "RT": 1, "KWARPS": 2, "STAGES": 8}, 4, O_PROJ),         # 16 steps: a mask
+])
+def test_rotate_changes_only_where_a_cta_starts(mod, config: dict, m: int, shp: dict) -> None:
+    """ROTATE 0 builds exactly the unrotated kernel (the config without the key); ROTATE 1 keeps every copy,
+    wait, read and MMA, and its ring still passes the replay."""
+    plain = ptx_of(mod, config, shape(m, **shp))
+    assert ptx_of(mod, {**config, "ROTATE": 0}, shape(m, **shp)) == plain
+    rotated = ptx_of(mod, {**config, "ROTATE": 1}, shape(m, **shp))
+    assert rotated != plain
+    for key in ("cp.async.cg", "cp.async.ca", "cp.async.wait_group", "ld.shared.v4.u32", "mma.sync"):
+        assert sum(ln.startswith(key) for ln in lines(rotated)) == sum(ln.startswith(key) for ln in lines(plain))
+    steps = shp["K"] // 32 // config["KWARPS"]
+    reads, _ = replay(ring_events(rotated))
+    assert reads == (config["WROWS"] // 8 + (m + 7) // 8) * steps
+
+
 def test_x_loaded_at_the_step_with_xring_0(mod) -> None:
     body = lines(ptx_of(mod, {"WROWS": 8, "RT": 1, "KWARPS": 8, "STAGES": 8, "XRING": 0},
                         shape(4, **FUSED_QKV_A)))
@@ -216,7 +234,8 @@ def test_constraints_refuse_ragged_or_oversized_configs(mod, config: dict, shp: 
 
 
 @pytest.mark.parametrize(("plan_name", "runs", "ring_runs"), [("ring_gemv_zp", 70, 70), ("zp_all", 106, 70),
-                                                            ("ring_ksplit_zq", 44, 44), ("zq_all", 114, 114)])
+                                                            ("ring_ksplit_zq", 44, 44), ("zq_all", 108, 108),
+                                                            ("ring_rotate_zs", 54, 54), ("zs_all", 97, 97)])
 def test_the_zp_and_zq_plans_hold_only_configs_their_variants_accept(plan_name: str, runs: int, ring_runs: int,
                                                                      tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
@@ -235,6 +254,8 @@ def test_the_zp_and_zq_plans_hold_only_configs_their_variants_accept(plan_name: 
         for name in item["shapes"]:
             for m in item["batch_sizes"]:
                 for config in item["configs"]:
+                    assert set(config) == set(mods[f].CONFIG_SPACE), config   # the service's rule (jobs.py)
+                    assert all(v in mods[f].CONFIG_SPACE[k] for k, v in config.items()), config
                     mods[f]._params(config, shapes[name].as_build_arg(m))  # raises on a broken constraint
                     seen.append((f, name, m, tuple(sorted(config.items()))))
     assert len(seen) == len(set(seen)) == runs

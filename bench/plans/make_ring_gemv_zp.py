@@ -7,6 +7,8 @@
 # a few M = 1 points beside the K-split winners, and XRING 0 (x loaded at the step) as the control.
 # - ring_gemv_zp.json: the ring GEMV alone (70 runs);
 # - zp_all.json: that, then session ZO's fenced neighbours (zo_fenced.json, 36 runs, never run), for an H200 call.
+# The service takes a config only if it sets every parameter of the variant's CONFIG_SPACE, so each config here
+# sets KSPLIT and ROTATE too (1 and 0: the kernel ZP ran, before either existed).
 import json
 from pathlib import Path
 
@@ -33,7 +35,8 @@ CONFIGS = {
 DEPLOYMENT = {"spec": "kimi-k2-like", "tp": 8, "batch_sizes": [1, 2, 4, 16, 64]}
 
 items = [{"file": F, "slot": "dense_gemm", "language": "cute", "shapes": [shape], "batch_sizes": [m],
-          "configs": [dict(WROWS=w, RT=rt, KWARPS=kw, STAGES=st, XRING=xr) for w, rt, kw, st, xr in table]}
+          "configs": [dict(WROWS=w, RT=rt, KWARPS=kw, STAGES=st, XRING=xr, KSPLIT=1, ROTATE=0)
+                      for w, rt, kw, st, xr in table]}
          for (shape, m), table in CONFIGS.items()]
 plans = Path("bench/plans")
 json.dump({"deployment": DEPLOYMENT, "variants": items}, open(plans / "ring_gemv_zp.json", "w"), indent=1)
@@ -48,7 +51,8 @@ print("zp_all", sum(len(i["configs"]) for i in items + zo["variants"]), "runs")
 # tiles at M = 16 move as many bytes of x from L2 as of W. KSPLIT gives a CTA more rows (RT 2-4: a half to a
 # quarter of x's traffic) on a slice of K, and keeps the CTA count; each bucket repeats its best KSPLIT 1 config
 # of the H100 call as the in-run reference.
-# - ring_ksplit_zq.json: those (44 runs); zq_all.json: those, then ring_gemv_zp.json's 70, for an H200 call.
+# - ring_ksplit_zq.json: those (44 runs); zq_all.json: those, then the rest of ring_gemv_zp.json's 70 (108 runs),
+#   for an H200 call.
 KSPLIT_CONFIGS = {  # (shape, M): (WROWS, RT, KWARPS, STAGES, XRING, KSPLIT)
     ("fused_qkv_a", 16): ((16, 4, 8, 4, 1, 4), (16, 4, 4, 8, 1, 4), (16, 2, 8, 6, 1, 2), (16, 2, 4, 8, 1, 2),
                           (16, 2, 8, 4, 1, 4), (16, 4, 8, 4, 1, 2), (16, 1, 8, 6, 1, 2), (16, 4, 4, 6, 1, 8),
@@ -67,10 +71,48 @@ KSPLIT_CONFIGS = {  # (shape, M): (WROWS, RT, KWARPS, STAGES, XRING, KSPLIT)
     ("q_b_proj", 1): ((16, 1, 6, 4, 1, 2), (16, 1, 3, 8, 1, 2)),
 }
 ks_items = [{"file": F, "slot": "dense_gemm", "language": "cute", "shapes": [shape], "batch_sizes": [m],
-             "configs": [dict(WROWS=w, RT=rt, KWARPS=kw, STAGES=st, XRING=xr, KSPLIT=ks)
+             "configs": [dict(WROWS=w, RT=rt, KWARPS=kw, STAGES=st, XRING=xr, KSPLIT=ks, ROTATE=0)
                          for w, rt, kw, st, xr, ks in table]}
             for (shape, m), table in KSPLIT_CONFIGS.items()]
 json.dump({"deployment": DEPLOYMENT, "variants": ks_items}, open(plans / "ring_ksplit_zq.json", "w"), indent=1)
 print("ring_ksplit_zq", sum(len(i["configs"]) for i in ks_items), "runs")
-json.dump({"deployment": DEPLOYMENT, "variants": ks_items + items}, open(plans / "zq_all.json", "w"), indent=1)
-print("zq_all", sum(len(i["configs"]) for i in ks_items + items), "runs")
+# ZP's runs that ZQ already holds as references are not repeated
+held = {(i["shapes"][0], i["batch_sizes"][0], json.dumps(c, sort_keys=True)) for i in ks_items for c in i["configs"]}
+rest = [{**i, "configs": [c for c in i["configs"]
+                          if (i["shapes"][0], i["batch_sizes"][0], json.dumps(c, sort_keys=True)) not in held]}
+        for i in items]
+json.dump({"deployment": DEPLOYMENT, "variants": ks_items + rest}, open(plans / "zq_all.json", "w"), indent=1)
+print("zq_all", sum(len(i["configs"]) for i in ks_items + rest), "runs")
+
+# Session ZS: ROTATE. Every CTA of the ring GEMV reads all of x in the same order, so at any moment the 132+ CTAs
+# ask for the same few lines of x, which live in a few L2 slices; ROTATE 1 starts CTA b at step b mod steps. The
+# H100 calls of sessions ZP and ZQ give the three best KSPLIT 1 configs per bucket, each run here with ROTATE 0
+# (the in-run reference) and 1.
+# - ring_rotate_zs.json: those (54 runs); zs_all.json: their ROTATE 1 half, then ring_gemv_zp.json's 70 (which
+#   hold the references), for an H200 call.
+TOP3 = {  # (shape, M): (WROWS, RT, KWARPS, STAGES, XRING), best first (H100, sessions ZP and ZQ)
+    ("fused_qkv_a", 1): ((16, 1, 8, 8, 1), (8, 1, 4, 12, 1), (8, 1, 8, 8, 1)),
+    ("fused_qkv_a", 4): ((16, 1, 8, 8, 1), (8, 1, 7, 8, 1), (8, 2, 4, 8, 1)),
+    ("fused_qkv_a", 16): ((16, 1, 7, 8, 1), (16, 1, 14, 4, 1), (16, 1, 8, 8, 1)),
+    ("o_proj", 1): ((16, 1, 2, 8, 1), (8, 1, 1, 16, 1), (8, 1, 4, 8, 1)),
+    ("o_proj", 4): ((8, 2, 4, 4, 1), (16, 1, 2, 8, 1), (8, 2, 2, 8, 1)),
+    ("o_proj", 16): ((16, 2, 2, 8, 1), (16, 1, 1, 16, 1), (16, 1, 1, 8, 1)),
+    ("q_b_proj", 1): ((16, 1, 6, 8, 1), (8, 1, 12, 4, 1), (8, 1, 4, 6, 1)),
+    ("q_b_proj", 4): ((16, 1, 6, 8, 1), (8, 1, 6, 4, 1), (8, 1, 12, 4, 1)),
+    ("q_b_proj", 16): ((16, 1, 4, 6, 1), (16, 1, 3, 8, 1), (16, 1, 6, 8, 1)),
+}
+
+
+def rotate_items(rotations: tuple[int, ...]) -> list[dict]:
+    return [{"file": F, "slot": "dense_gemm", "language": "cute", "shapes": [shape], "batch_sizes": [m],
+             "configs": [dict(WROWS=w, RT=rt, KWARPS=kw, STAGES=st, XRING=xr, KSPLIT=1, ROTATE=r)
+                         for w, rt, kw, st, xr in table for r in rotations]}
+            for (shape, m), table in TOP3.items()]
+
+
+json.dump({"deployment": DEPLOYMENT, "variants": rotate_items((0, 1))}, open(plans / "ring_rotate_zs.json", "w"),
+          indent=1)
+print("ring_rotate_zs", sum(len(i["configs"]) for i in rotate_items((0, 1))), "runs")
+zs = rotate_items((1,)) + items
+json.dump({"deployment": DEPLOYMENT, "variants": zs}, open(plans / "zs_all.json", "w"), indent=1)
+print("zs_all", sum(len(i["configs"]) for i in zs), "runs")

@@ -38,6 +38,11 @@ all 70 runs and in the export's self-test; won o_proj M = 16 (8.12 us against cu
 earlier H100 table there) and q_b_proj M = 16 (5.05); second at fused_qkv_a M = 16 (14.41 against the Triton
 split-K's 14.04; the fenced tensor-core GEMV took 14.79). 16-row tiles beat 8-row tiles at every M (fused_qkv_a
 M = 16: 14.66 against 17.64 us at 8 warps), and x loaded at the step (XRING 0) lost every pair, hence KSPLIT.
+Measured (session ZQ, H100; -h100-zq.md): all 44 KSPLIT runs correct, none faster than its KSPLIT 1 reference
+(fused_qkv_a M = 16: 15.43 against 14.52 us; Nsight Compute: 53.8% against 62.5% of DRAM throughput), so x's L2
+traffic is not what holds the KSPLIT 1 kernel back; the last CTA's atomic and partial reads add a round trip.
+ROTATE 1 tries the other reading of the same data: all CTAs read x in the same order, so at any moment they ask
+a few L2 slices for the same lines; CTA b starts its loop at step b mod steps instead.
 
 Shapes are compile-time constants (a build is per (N, K, M)) and the kernel takes raw pointers, as the other
 CuTe GEMVs do.
@@ -70,6 +75,9 @@ CONFIG_SPACE = {
     # CTA (RT) cut x's L2 traffic and KSPLIT keeps the CTA count; the last CTA of a row block to finish adds the
     # KSPLIT fp32 partials in K order and stores bf16
     "KSPLIT": [1, 2, 3, 4, 7, 8],
+    # 1: CTA b starts its K loop at step b mod steps (a rotation of the same sum), so that the CTAs, which all read
+    # the same x, do not ask the same L2 slices for the same lines of x at the same moment
+    "ROTATE": [0, 1],
 }
 CONSTRAINTS = [
     "M <= 16",                        # all of M in 16 MMA rows (WROWS 8) or two n-tiles of 8 columns (WROWS 16)
@@ -122,7 +130,7 @@ def _vector(src):
 def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, mP: cute.Tensor, mC: cute.Tensor,
                  M: cutlass.Constexpr, N: cutlass.Constexpr, K: cutlass.Constexpr, WROWS: cutlass.Constexpr,
                  RT: cutlass.Constexpr, KWARPS: cutlass.Constexpr, STAGES: cutlass.Constexpr,
-                 XRING: cutlass.Constexpr, KSPLIT: cutlass.Constexpr):
+                 XRING: cutlass.Constexpr, KSPLIT: cutlass.Constexpr, ROTATE: cutlass.Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     bidx, kz, _ = cute.arch.block_idx()   # row block, K slice
     warp = tidx // WARP
@@ -161,8 +169,10 @@ def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, mP: cute.Ten
 
     steps = K // STEP // KWARPS // KSPLIT             # a Python int: the constraints make it whole
 
+    rot = (bidx % steps) * ROTATE                     # 0 when ROTATE is 0 (folded by the compiler)
+
     def kv_of(s: int):  # vector index along K of this lane in the warp's step s of the CTA's K slice
-        return ((kz * steps + s) * KWARPS + warp) * (STEP // VEC) + t
+        return ((kz * steps + (s + rot) % steps) * KWARPS + warp) * (STEP // VEC) + t
 
     def one(src):  # a 16-byte vector as (the copy atom's 8 values, 1 copy)
         return cute.make_tensor(src.iterator, cute.make_layout((VEC, 1)))
@@ -265,13 +275,13 @@ def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, mP: cute.Ten
 def _gemv(x_ptr: cute.Pointer, w_ptr: cute.Pointer, o_ptr: cute.Pointer, p_ptr: cute.Pointer, c_ptr: cute.Pointer,
           stream: cuda.CUstream, M: cutlass.Constexpr, N: cutlass.Constexpr, K: cutlass.Constexpr,
           WROWS: cutlass.Constexpr, RT: cutlass.Constexpr, KWARPS: cutlass.Constexpr, STAGES: cutlass.Constexpr,
-          XRING: cutlass.Constexpr, KSPLIT: cutlass.Constexpr):
+          XRING: cutlass.Constexpr, KSPLIT: cutlass.Constexpr, ROTATE: cutlass.Constexpr):
     mX = cute.make_tensor(x_ptr, cute.make_layout((M, K), stride=(K, 1)))
     mW = cute.make_tensor(w_ptr, cute.make_layout((N, K), stride=(K, 1)))
     mO = cute.make_tensor(o_ptr, cute.make_layout((M, N), stride=(N, 1)))
     mP = cute.make_tensor(p_ptr, cute.make_layout((KSPLIT, M, N), stride=(M * N, N, 1)))  # fp32 partials
     mC = cute.make_tensor(c_ptr, cute.make_layout(N // (WROWS * RT)))                    # a counter per row block
-    _gemv_kernel(mX, mW, mO, mP, mC, M, N, K, WROWS, RT, KWARPS, STAGES, XRING, KSPLIT).launch(
+    _gemv_kernel(mX, mW, mO, mP, mC, M, N, K, WROWS, RT, KWARPS, STAGES, XRING, KSPLIT, ROTATE).launch(
         grid=(N // (WROWS * RT), KSPLIT, 1),
         block=(KWARPS * WARP, 1, 1),
         stream=stream,
@@ -286,12 +296,13 @@ def _params(config: dict, shape: dict) -> tuple[int, ...]:
     stages = int(config.get("STAGES", 4))
     xring = int(config.get("XRING", 1))
     ksplit = int(config.get("KSPLIT", 1))
+    rotate = int(config.get("ROTATE", 0))
     env = {"M": m, "N": n, "K": k, "WROWS": wrows, "RT": rt, "KWARPS": kwarps, "STAGES": stages, "XRING": xring,
-           "KSPLIT": ksplit}
+           "KSPLIT": ksplit, "ROTATE": rotate}
     for rule in CONSTRAINTS:
         if not eval(rule, {}, env):  # noqa: S307 - rules are this module's own constants
             raise ValueError(f"config {config} violates {rule!r} for M={m} N={n} K={k}")
-    return m, n, k, wrows, rt, kwarps, stages, xring, ksplit
+    return m, n, k, wrows, rt, kwarps, stages, xring, ksplit, rotate
 
 
 def _ptrs(x_addr: int, w_addr: int, o_addr: int, p_addr: int, c_addr: int) -> tuple:
@@ -314,7 +325,7 @@ def compile_target(config: dict, shape: dict) -> tuple:
 
 
 def build(config: dict, shape: dict):
-    m, n, k, wrows, rt, _, _, _, ksplit = _params(config, shape)
+    m, n, k, wrows, rt, _, _, _, ksplit, _ = _params(config, shape)
     stream0 = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
     compiled = cute.compile(_gemv, *_compile_args(config, shape, stream0))
     # KSPLIT > 1: the build's own partials and counters (zero; each call's last CTA per row block rearms its
