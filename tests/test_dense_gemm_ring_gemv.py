@@ -235,7 +235,8 @@ def test_constraints_refuse_ragged_or_oversized_configs(mod, config: dict, shp: 
 
 @pytest.mark.parametrize(("plan_name", "runs", "ring_runs"), [("ring_gemv_zp", 70, 70), ("zp_all", 106, 70),
                                                             ("ring_ksplit_zq", 44, 44), ("zq_all", 108, 108),
-                                                            ("ring_rotate_zs", 54, 54), ("zs_all", 97, 97)])
+                                                            ("ring_rotate_zs", 54, 54), ("zs_all", 97, 97),
+                                                            ("ring_rotate_zt", 43, 43)])
 def test_the_zp_and_zq_plans_hold_only_configs_their_variants_accept(plan_name: str, runs: int, ring_runs: int,
                                                                      tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:

@@ -116,3 +116,14 @@ print("ring_rotate_zs", sum(len(i["configs"]) for i in rotate_items((0, 1))), "r
 zs = rotate_items((1,)) + items
 json.dump({"deployment": DEPLOYMENT, "variants": zs}, open(plans / "zs_all.json", "w"), indent=1)
 print("zs_all", sum(len(i["configs"]) for i in zs), "runs")
+
+# Session ZT: on an H200, zs_all.json; on an H100, whose session ZS call found ROTATE 1 faster in 18 of 27 pairs
+# (q_b_proj M = 16: 4.69 against 5.31 us; fused_qkv_a M = 16: 13.85 against 14.34), ring_rotate_zt.json: the rest
+# of ZP's 70 configs with ROTATE 1 (43 runs).
+top3 = {(shape, m, cfg) for (shape, m), table in TOP3.items() for cfg in table}
+zt = [{**i, "configs": [dict(c, ROTATE=1) for c in i["configs"]
+                        if (i["shapes"][0], i["batch_sizes"][0],
+                            tuple(c[k] for k in ("WROWS", "RT", "KWARPS", "STAGES", "XRING"))) not in top3]}
+      for i in items]
+json.dump({"deployment": DEPLOYMENT, "variants": zt}, open(plans / "ring_rotate_zt.json", "w"), indent=1)
+print("ring_rotate_zt", sum(len(i["configs"]) for i in zt), "runs")
