@@ -3,8 +3,8 @@
 # plans: the ring GEMV with KSPLIT (more rows per CTA on a slice of K, partials met in the last CTA;
 # bench/plans/make_ring_gemv_zp.py says why), through the service, resumed from the table of the card in hand:
 # - an H200: table ZN (the table of record) with zq_all.json: the 44 KSPLIT runs, then the 64 of session ZP's 70
-#   ring runs they do not hold (run on an H100 only); then the attention input block, the self-test of the new export, and Nsight Compute's
-#   counters of ring configs beside cuBLAS (bench/ncu_dense.py);
+#   ring runs they do not hold (run on an H100 only); then the attention input block, the self-test of the new
+#   export, and Nsight Compute's counters of ring configs beside cuBLAS (bench/ncu_dense.py);
 # - an H100: its session ZP table with the 44 KSPLIT runs, then the attention input block and the self-test.
 HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
 R=kernels/variants/cute/dense_gemm_ring_gemv.py

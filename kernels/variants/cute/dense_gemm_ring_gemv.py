@@ -43,6 +43,9 @@ Measured (session ZQ, H100; -h100-zq.md): all 44 KSPLIT runs correct, none faste
 traffic is not what holds the KSPLIT 1 kernel back; the last CTA's atomic and partial reads add a round trip.
 ROTATE 1 tries the other reading of the same data: all CTAs read x in the same order, so at any moment they ask
 a few L2 slices for the same lines; CTA b starts its loop at step b mod steps instead.
+Measured (sessions ZS and ZT, H100; -h100-zs.md, -h100-zt.md): ROTATE 1 faster in 18 of 27 pairs (q_b_proj
+M = 16: 4.69 against 5.31 us; fused_qkv_a M = 16: 13.85 against 14.34, ncu 64.9% against 62.7% of DRAM
+throughput); the ring now holds the H100's M = 4 and 16 buckets of all three shapes. Not yet run on an H200.
 
 Shapes are compile-time constants (a build is per (N, K, M)) and the kernel takes raw pointers, as the other
 CuTe GEMVs do.
