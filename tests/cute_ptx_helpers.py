@@ -32,3 +32,34 @@ def ptx_of(mod: ModuleType, config: dict, shp: dict) -> str:
     with pytest.raises(NeedsDevice) as built:
         CuteBackend().build(mod, config, shp, torch.device("cpu"))
     return built.value.ptx
+
+
+def plan_runs(plan_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """(file, shape, M, config items) of every run a bench/plans/<plan_name>.json asks for, each config held to
+    what the service holds it to before any device time: every parameter of the variant's CONFIG_SPACE set
+    (service/routers/jobs.py), each value one the space lists, and the variant's constraints met for that shape
+    and M (its _params raises otherwise)."""
+    import json
+
+    from kernels.deployment import Deployment
+    from kernels.slots.dense_gemm import DenseGemm
+
+    monkeypatch.setenv(compile_cache.ENV, str(tmp_path / "cache"))
+    plan = json.loads((ROOT / "bench/plans" / f"{plan_name}.json").read_text())
+    shapes = {s.name: s for s in DenseGemm().shapes(Deployment(**plan["deployment"]))}
+    mods: dict[str, ModuleType] = {}
+    seen = []
+    for item in plan["variants"]:
+        f = item["file"]
+        if f not in mods:
+            mods[f] = load_module((ROOT / f).read_text(), f"kt_test_plan_{len(mods)}_{tmp_path.name}",
+                                  str(tmp_path / Path(f).name))
+        space = mods[f].CONFIG_SPACE
+        for name in item["shapes"]:
+            for m in item["batch_sizes"]:
+                for config in item["configs"]:
+                    assert set(config) == set(space), config
+                    assert all(v in space[k] for k, v in config.items()), config
+                    mods[f]._params(config, shapes[name].as_build_arg(m))
+                    seen.append((f, name, m, tuple(sorted(config.items()))))
+    return seen

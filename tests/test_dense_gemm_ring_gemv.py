@@ -8,18 +8,14 @@ runs."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
 
-from cute_ptx_helpers import FUSED_QKV_A, O_PROJ, ROOT, load_variant, ptx_of, shape
-from kernels.backends import compile_cache
-from kernels.backends.base import load_module
+from cute_ptx_helpers import FUSED_QKV_A, O_PROJ, ROOT, load_variant, plan_runs, ptx_of, shape
 
 VARIANT = ROOT / "kernels/variants/cute/dense_gemm_ring_gemv.py"
-PLANS = ROOT / "bench/plans"
 Q_B_PROJ = {"N": 1536, "K": 1536}
 
 
@@ -237,28 +233,10 @@ def test_constraints_refuse_ragged_or_oversized_configs(mod, config: dict, shp: 
                                                             ("ring_ksplit_zq", 44, 44), ("zq_all", 108, 108),
                                                             ("ring_rotate_zs", 54, 54), ("zs_all", 97, 97),
                                                             ("ring_rotate_zt", 43, 43)])
-def test_the_zp_and_zq_plans_hold_only_configs_their_variants_accept(plan_name: str, runs: int, ring_runs: int,
+def test_the_ring_plans_hold_only_configs_the_service_takes(plan_name: str, runs: int, ring_runs: int,
                                                                      tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from kernels.deployment import Deployment
-    from kernels.slots.dense_gemm import DenseGemm
-
-    monkeypatch.setenv(compile_cache.ENV, str(tmp_path / "cache"))
-    plan = json.loads((PLANS / f"{plan_name}.json").read_text())
-    shapes = {s.name: s for s in DenseGemm().shapes(Deployment(**plan["deployment"]))}
-    mods = {}
-    seen = []
-    for item in plan["variants"]:
-        f = item["file"]
-        if f not in mods:
-            mods[f] = load_module((ROOT / f).read_text(), f"kt_test_zp_{len(mods)}_{tmp_path.name}", str(tmp_path / Path(f).name))
-        for name in item["shapes"]:
-            for m in item["batch_sizes"]:
-                for config in item["configs"]:
-                    assert set(config) == set(mods[f].CONFIG_SPACE), config   # the service's rule (jobs.py)
-                    assert all(v in mods[f].CONFIG_SPACE[k] for k, v in config.items()), config
-                    mods[f]._params(config, shapes[name].as_build_arg(m))  # raises on a broken constraint
-                    seen.append((f, name, m, tuple(sorted(config.items()))))
+    seen = plan_runs(plan_name, tmp_path, monkeypatch)
     assert len(seen) == len(set(seen)) == runs
     # the ring GEMV's runs come first, so a deadline cuts the older kernel's neighbours, not the new one
     ring = [f.endswith("ring_gemv.py") for f, *_ in seen]
