@@ -27,7 +27,7 @@ vector at t * 8); a CTA owns RT row tiles and its KWARPS warps interleave over K
 stored. Every output element is written on every call by exactly one thread; inputs are never written.
 
 KSPLIT > 1 splits K over that many CTAs per row block (grid y), each on a contiguous slice: every CTA reads all of
-x over its K, so at 16-row tiles and M = 16 x's bytes from L2 equal W's; RT 2-4 rows tiles per CTA cut that to a
+x over its K, so at 16-row tiles and M = 16 x's bytes from L2 equal W's; RT 2-4 row tiles per CTA cut that to a
 half or a quarter and KSPLIT keeps the CTA count. Each CTA stores its fp32 partials to the build's own buffer,
 fences, and counts itself in with one atomic per CTA; the CTA that counts last fences, adds the KSPLIT partials of
 each output in K order (deterministic), stores bf16 and sets the counter back to 0 for the next call. A build's
