@@ -33,17 +33,37 @@ CONFIGS = {
     ("q_b_proj", 1): ((8, 1, 4, 6, 1), (8, 1, 6, 8, 1), (8, 1, 12, 4, 1), (16, 1, 6, 8, 1), (8, 1, 3, 8, 1)),
 }
 DEPLOYMENT = {"spec": "kimi-k2-like", "tp": 8, "batch_sizes": [1, 2, 4, 16, 64]}
-
-items = [{"file": F, "slot": "dense_gemm", "language": "cute", "shapes": [shape], "batch_sizes": [m],
-          "configs": [dict(WROWS=w, RT=rt, KWARPS=kw, STAGES=st, XRING=xr, KSPLIT=1, ROTATE=0)
-                      for w, rt, kw, st, xr in table]}
-         for (shape, m), table in CONFIGS.items()]
 plans = Path("bench/plans")
-json.dump({"deployment": DEPLOYMENT, "variants": items}, open(plans / "ring_gemv_zp.json", "w"), indent=1)
-print("ring_gemv_zp", sum(len(i["configs"]) for i in items), "runs")
-zo = json.load(open(plans / "zo_fenced.json"))
-json.dump({"deployment": DEPLOYMENT, "variants": items + zo["variants"]}, open(plans / "zp_all.json", "w"), indent=1)
-print("zp_all", sum(len(i["configs"]) for i in items + zo["variants"]), "runs")
+
+
+def ring(w: int, rt: int, kw: int, st: int, xr: int, ks: int = 1, rot: int = 0) -> dict:
+    return dict(WROWS=w, RT=rt, KWARPS=kw, STAGES=st, XRING=xr, KSPLIT=ks, ROTATE=rot)
+
+
+def plan_items(table: dict, rotations: tuple[int, ...] = (0,)) -> list[dict]:
+    """One plan item per (shape, M) of table, a ring config per tuple and rotation."""
+    return [{"file": F, "slot": "dense_gemm", "language": "cute", "shapes": [shape], "batch_sizes": [m],
+             "configs": [ring(*c, rot=r) for c in configs for r in rotations]}
+            for (shape, m), configs in table.items()]
+
+
+def key(i: dict, c: dict) -> tuple:  # one run of a plan item
+    return i["shapes"][0], i["batch_sizes"][0], tuple(sorted(c.items()))
+
+
+def without(variants: list[dict], runs: set[tuple]) -> list[dict]:
+    """variants less the runs already held elsewhere."""
+    return [{**i, "configs": [c for c in i["configs"] if key(i, c) not in runs]} for i in variants]
+
+
+def write(name: str, variants: list[dict]) -> None:
+    json.dump({"deployment": DEPLOYMENT, "variants": variants}, open(plans / f"{name}.json", "w"), indent=1)
+    print(name, sum(len(i["configs"]) for i in variants), "runs")
+
+
+items = plan_items(CONFIGS)
+write("ring_gemv_zp", items)
+write("zp_all", items + json.load(open(plans / "zo_fenced.json"))["variants"])
 
 # Session ZQ: the ring GEMV with KSPLIT. Session ZP's H100 call (2026-12-06-h100-decode-tuning-h100-zp) ran the
 # 70 configs above, all correct: 16-row tiles beat 8-row ones at every M (fused_qkv_a M = 16: 14.66 against 17.64
@@ -70,19 +90,10 @@ KSPLIT_CONFIGS = {  # (shape, M): (WROWS, RT, KWARPS, STAGES, XRING, KSPLIT)
                       (16, 1, 6, 8, 1, 1)),
     ("q_b_proj", 1): ((16, 1, 6, 4, 1, 2), (16, 1, 3, 8, 1, 2)),
 }
-ks_items = [{"file": F, "slot": "dense_gemm", "language": "cute", "shapes": [shape], "batch_sizes": [m],
-             "configs": [dict(WROWS=w, RT=rt, KWARPS=kw, STAGES=st, XRING=xr, KSPLIT=ks, ROTATE=0)
-                         for w, rt, kw, st, xr, ks in table]}
-            for (shape, m), table in KSPLIT_CONFIGS.items()]
-json.dump({"deployment": DEPLOYMENT, "variants": ks_items}, open(plans / "ring_ksplit_zq.json", "w"), indent=1)
-print("ring_ksplit_zq", sum(len(i["configs"]) for i in ks_items), "runs")
+ks_items = plan_items(KSPLIT_CONFIGS)
+write("ring_ksplit_zq", ks_items)
 # ZP's runs that ZQ already holds as references are not repeated
-held = {(i["shapes"][0], i["batch_sizes"][0], json.dumps(c, sort_keys=True)) for i in ks_items for c in i["configs"]}
-rest = [{**i, "configs": [c for c in i["configs"]
-                          if (i["shapes"][0], i["batch_sizes"][0], json.dumps(c, sort_keys=True)) not in held]}
-        for i in items]
-json.dump({"deployment": DEPLOYMENT, "variants": ks_items + rest}, open(plans / "zq_all.json", "w"), indent=1)
-print("zq_all", sum(len(i["configs"]) for i in ks_items + rest), "runs")
+write("zq_all", ks_items + without(items, {key(i, c) for i in ks_items for c in i["configs"]}))
 
 # Session ZS: ROTATE. Every CTA of the ring GEMV reads all of x in the same order, so at any moment the 132+ CTAs
 # ask for the same few lines of x, which live in a few L2 slices; ROTATE 1 starts CTA b at step b mod steps. The
@@ -102,28 +113,11 @@ TOP3 = {  # (shape, M): (WROWS, RT, KWARPS, STAGES, XRING), best first (H100, se
     ("q_b_proj", 16): ((16, 1, 4, 6, 1), (16, 1, 3, 8, 1), (16, 1, 6, 8, 1)),
 }
 
-
-def rotate_items(rotations: tuple[int, ...]) -> list[dict]:
-    return [{"file": F, "slot": "dense_gemm", "language": "cute", "shapes": [shape], "batch_sizes": [m],
-             "configs": [dict(WROWS=w, RT=rt, KWARPS=kw, STAGES=st, XRING=xr, KSPLIT=1, ROTATE=r)
-                         for w, rt, kw, st, xr in table for r in rotations]}
-            for (shape, m), table in TOP3.items()]
-
-
-json.dump({"deployment": DEPLOYMENT, "variants": rotate_items((0, 1))}, open(plans / "ring_rotate_zs.json", "w"),
-          indent=1)
-print("ring_rotate_zs", sum(len(i["configs"]) for i in rotate_items((0, 1))), "runs")
-zs = rotate_items((1,)) + items
-json.dump({"deployment": DEPLOYMENT, "variants": zs}, open(plans / "zs_all.json", "w"), indent=1)
-print("zs_all", sum(len(i["configs"]) for i in zs), "runs")
+write("ring_rotate_zs", plan_items(TOP3, (0, 1)))
+write("zs_all", plan_items(TOP3, (1,)) + items)
 
 # Session ZT: on an H200, zs_all.json; on an H100, whose session ZS call found ROTATE 1 faster in 18 of 27 pairs
 # (q_b_proj M = 16: 4.69 against 5.31 us; fused_qkv_a M = 16: 13.85 against 14.34), ring_rotate_zt.json: the rest
 # of ZP's 70 configs with ROTATE 1 (43 runs).
-top3 = {(shape, m, cfg) for (shape, m), table in TOP3.items() for cfg in table}
-zt = [{**i, "configs": [dict(c, ROTATE=1) for c in i["configs"]
-                        if (i["shapes"][0], i["batch_sizes"][0],
-                            tuple(c[k] for k in ("WROWS", "RT", "KWARPS", "STAGES", "XRING"))) not in top3]}
-      for i in items]
-json.dump({"deployment": DEPLOYMENT, "variants": zt}, open(plans / "ring_rotate_zt.json", "w"), indent=1)
-print("ring_rotate_zt", sum(len(i["configs"]) for i in zt), "runs")
+zt = without(items, {key(i, c) for i in plan_items(TOP3) for c in i["configs"]})
+write("ring_rotate_zt", [{**i, "configs": [dict(c, ROTATE=1) for c in i["configs"]]} for i in zt])
