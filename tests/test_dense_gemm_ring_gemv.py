@@ -98,7 +98,7 @@ def test_every_vector_is_copied_once_and_read_back_once_per_step(mod, config: di
     steps = FUSED_QKV_A["K"] // 32 // config["KWARPS"]
     assert sum(ln.startswith("cp.async.cg.shared.global") for ln in body) == w_vectors * steps   # W: L2 only
     assert sum(ln.startswith("cp.async.ca.shared.global") for ln in body) == x_vectors * steps   # x: through L1
-    assert all(", 16, 16;" in ln for ln in body if ln.startswith(("cp.async.cg.", "cp.async.ca.")))               # 16-byte copies
+    assert all(", 16, 16;" in ln for ln in body if ln.startswith(("cp.async.cg.", "cp.async.ca.")))  # 16 B each
     assert sum(ln.startswith("ld.shared.v4.u32") for ln in body) == (w_vectors + x_vectors) * steps
     assert not any(ln.startswith("ld.global") for ln in body)
     assert sum(ln.startswith("mma.sync") for ln in body) == mmas * steps
