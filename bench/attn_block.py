@@ -12,7 +12,13 @@ one run, kernel launches counted with torch.profiler (as bench/moe_block.py):
   vLLM's CUDA fused_add_rms_norm / rms_norm + cuBLAS;
 - ``tuned``: the slot kernels a tuning results file's winners name: add_rmsnorm_fused, the dense_gemm
   winner for fused_qkv_a at this M (a Triton or CuTe DSL kernel; cuBLAS where stock kept the bucket),
-  rmsnorm_gemm_fused (q_a_layernorm folded into q_b_proj), and F.rms_norm for the kv latent.
+  rmsnorm_gemm_fused (q_a_layernorm folded into q_b_proj), and F.rms_norm for the kv latent;
+- ``tuned_pdl`` (sm_90+): the same kernels and configs chained by programmatic dependent launch, the seed
+  system's weight prefetch: add_rmsnorm lets the GEMV launch at once, the GEMV fetches its first W (the ring's
+  first STAGES - 1 steps, the K-split GEMV's first chunk) while add_rmsnorm runs and waits for it only before it
+  reads x, and rmsnorm_gemm prefetches its W slice into L2 while the GEMV runs; ``tuned_pdl_l2`` also has the
+  GEMV's CTAs ask all of their W into L2 before the wait. A fused_qkv_a winner that cannot be chained (a Triton
+  GEMM, cuBLAS) runs plainly inside the chain, and the row says so.
 The tuned outputs are compared with the stock ones (rel-L2 per output).
 
     python bench/attn_block.py --winners bench/results/<date>-h200-decode-tuning-r.json [--batches 1,4,16]
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import json
 import os
 import pathlib
@@ -93,7 +100,7 @@ def make_sets(m, dims, sets, dev):
     for _ in range(sets):
         d = {"x": bf((m, h)), "residual": bf((m, h)), "w_in": nw(h), "w_qkv_a": bf((ql + kvl + rope, h), h ** -0.5),
              "w_qa": nw(ql), "w_qb": bf((qn, ql), ql ** -0.5), "w_kva": nw(kvl)}
-        for p in ("stock", "fn", "tuned"):  # each path writes its own outputs
+        for p in ("stock", "fn", "tuned", "tuned_pdl", "tuned_pdl_l2"):  # each path writes its own outputs
             d[p] = {"normed": torch.empty((m, h), device=dev, dtype=torch.bfloat16),
                     "residual_out": torch.empty((m, h), device=dev, dtype=torch.bfloat16),
                     "qkv": torch.empty((m, ql + kvl + rope), device=dev, dtype=torch.bfloat16),
@@ -107,16 +114,43 @@ def native_norm(x, w):  # RMSNorm.forward_native on an fp32 x
     return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS)).to(w.dtype) * w
 
 
-def build_paths(m, dims, data, configs, dev):
+def chains(dev) -> bool:
+    """Programmatic dependent launch needs sm_90+ (and the GPU: the interpreter has no grid dependencies)."""
+    return dev.type == "cuda" and torch.cuda.get_device_capability(dev)[0] >= 9
+
+
+def build_kernels(m, dims, configs, pdl: int = 0):
+    """(add, qkv_a, q_norm_gemm, used) for this M; pdl > 0 builds each kernel whose build takes pdl as a link of
+    the chain (the GEMV at that level, the others on or off), the rest plainly, and `used` says which were."""
     h, ql, kvl, rope, qn = dims
+
+    def make(stem, cfg, shape, level):
+        mod = load(stem)
+        chained = level > 0 and "pdl" in inspect.signature(mod.build).parameters
+        return (mod.build(cfg, shape, pdl=level) if chained else mod.build(cfg, shape)), chained
+
     add_stem, add_cfg = pick(configs, "add_rmsnorm", m, "add_rmsnorm_fused")
-    add = load(add_stem).build(add_cfg, {"H": h, "eps": EPS, "M": m})
+    add, add_chained = make(add_stem, add_cfg, {"H": h, "eps": EPS, "M": m}, int(pdl > 0))
     gemm_stem, gemm_cfg = pick(configs, "fused_qkv_a", m, None)
-    qkv_a = load(gemm_stem).build(gemm_cfg, {"M": m, "N": ql + kvl + rope, "K": h}) if gemm_stem else None
+    qkv_a, gemm_chained = make(gemm_stem, gemm_cfg, {"M": m, "N": ql + kvl + rope, "K": h}, pdl) if gemm_stem \
+        else (None, False)
     qn_stem, qn_cfg = pick(configs, "rmsnorm_gemm", m, "rmsnorm_gemm_fused")
-    q_norm_gemm = load(qn_stem).build(qn_cfg, {"M": m, "N": qn, "K": ql, "eps": EPS})
+    q_norm_gemm, qn_chained = make(qn_stem, qn_cfg, {"M": m, "N": qn, "K": ql, "eps": EPS}, int(pdl > 0))
     used = {"add_rmsnorm": [add_stem, add_cfg], "fused_qkv_a": [gemm_stem or "cuBLAS (stock kept)", gemm_cfg],
             "rmsnorm_gemm": [qn_stem, qn_cfg]}
+    if pdl:
+        used["chained"] = {"pdl": pdl, "add_rmsnorm": add_chained, "fused_qkv_a": gemm_chained,
+                           "rmsnorm_gemm": qn_chained}
+    return add, qkv_a, q_norm_gemm, used
+
+
+def build_paths(m, dims, data, configs, dev):
+    h, ql, kvl, rope, qn = dims
+    kernels = {"tuned": build_kernels(m, dims, configs)}
+    if chains(dev):
+        kernels["tuned_pdl"] = build_kernels(m, dims, configs, pdl=1)
+        kernels["tuned_pdl_l2"] = build_kernels(m, dims, configs, pdl=2)
+    used = {name: k[3] for name, k in kernels.items()}
 
     def stock():
         for d in data:
@@ -137,18 +171,22 @@ def build_paths(m, dims, data, configs, dev):
             torch.matmul(torch.nn.functional.rms_norm(o["qkv"][:, :ql], (ql,), d["w_qa"], EPS), d["w_qb"].t(), out=o["q"])
             o["kv"].copy_(torch.nn.functional.rms_norm(o["qkv"][:, ql:ql + kvl], (kvl,), d["w_kva"], EPS))
 
-    def tuned():
-        for d in data:
-            o = d["tuned"]
-            add(d["x"], d["residual"], d["w_in"], o["normed"], o["residual_out"])
-            if qkv_a is None:
-                torch.matmul(o["normed"], d["w_qkv_a"].t(), out=o["qkv"])
-            else:
-                qkv_a(o["normed"], d["w_qkv_a"], o["qkv"])
-            q_norm_gemm(o["qkv"][:, :ql], d["w_qa"], d["w_qb"], o["q"])  # a strided view: rows of qkv
-            o["kv"].copy_(torch.nn.functional.rms_norm(o["qkv"][:, ql:ql + kvl], (kvl,), d["w_kva"], EPS))
+    def tuned_path(name):
+        add, qkv_a, q_norm_gemm, _ = kernels[name]
 
-    return {"stock": stock, "stock_fused_norm": stock_fused_norm, "tuned": tuned}, used
+        def tuned():
+            for d in data:
+                o = d[name]
+                add(d["x"], d["residual"], d["w_in"], o["normed"], o["residual_out"])
+                if qkv_a is None:
+                    torch.matmul(o["normed"], d["w_qkv_a"].t(), out=o["qkv"])
+                else:
+                    qkv_a(o["normed"], d["w_qkv_a"], o["qkv"])
+                q_norm_gemm(o["qkv"][:, :ql], d["w_qa"], d["w_qb"], o["q"])  # a strided view: rows of qkv
+                o["kv"].copy_(torch.nn.functional.rms_norm(o["qkv"][:, ql:ql + kvl], (kvl,), d["w_kva"], EPS))
+        return tuned
+
+    return {"stock": stock, "stock_fused_norm": stock_fused_norm, **{n: tuned_path(n) for n in kernels}}, used
 
 
 def rel_l2(a, b):
@@ -179,16 +217,22 @@ def main() -> None:
         paths, used = build_paths(m, dims, data, configs, dev)
         runs = {name: capture(fn, dev) for name, fn in paths.items()}
         times = time_pair(runs, args.reps, dev)
-        row = {"M": m, "sets": args.sets, "tuned_kernels": used, **measure_per_call(runs, times, dev, args.sets)}
+        row = {"M": m, "sets": args.sets, "tuned_kernels": used.pop("tuned"), **{f"{n}_kernels": u for n, u in used.items()},
+               **measure_per_call(runs, times, dev, args.sets)}
+        outs = ["fn", *(p for p in runs if p.startswith("tuned"))]
         row["rel_l2_vs_stock"] = {p: {o: max(rel_l2(d[p][o], d["stock"][o]) for d in data)
-                                      for o in ("residual_out", "q", "kv")} for p in ("fn", "tuned")}
+                                      for o in ("residual_out", "q", "kv")} for p in outs}
         for base in ("stock", "stock_fused_norm"):
             row[f"speedup_tuned_vs_{base}"] = row[base]["median_us"] / row["tuned"]["median_us"]
+        for chained in (p for p in runs if p.startswith("tuned_pdl")):  # side by side with the unchained path
+            row[f"speedup_{chained}_vs_tuned"] = row["tuned"]["median_us"] / row[chained]["median_us"]
+            row[f"speedup_{chained}_vs_stock"] = row["stock"]["median_us"] / row[chained]["median_us"]
         rows.append(row)
         print(f"M={m:3d}  " + "  ".join(f"{p} {row[p]['median_us']:7.2f} us ({row[p]['kernels_per_call']} k)"
                                        for p in runs)
               + f"  tuned x{row['speedup_tuned_vs_stock']:.2f} vs stock, x{row['speedup_tuned_vs_stock_fused_norm']:.2f}"
-              f" vs one-op norms  relL2 q {row['rel_l2_vs_stock']['tuned']['q']:.2e}", flush=True)
+              f" vs one-op norms  relL2 q " + " ".join(f"{p} {row['rel_l2_vs_stock'][p]['q']:.2e}" for p in outs[1:]),
+              flush=True)
     h, ql, kvl, rope, qn = dims
     write_result(args.out, "attn_block", dev, {
         "dims": {"hidden": h, "q_lora_rank": ql, "kv_lora_rank": kvl, "rope": rope, "q_b_n": qn, "eps": EPS},

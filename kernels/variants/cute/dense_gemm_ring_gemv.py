@@ -59,7 +59,7 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils
-from cutlass._mlir.dialects import nvvm
+from cutlass._mlir.dialects import llvm, nvvm
 from cutlass._mlir.dialects.nvvm import AtomicOpKind, MemOrderKind, MemScopeKind
 from cutlass.cute.nvgpu import cpasync
 from cutlass.cute.runtime import make_ptr
@@ -97,6 +97,7 @@ CONSTRAINTS = [
 CLAIMS = {"ptx_contains": ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "cp.async.cg.shared.global",
                            "cp.async.wait_group", "bar.sync"]}
 
+PDL_LEVELS = (0, 1, 2)  # build's pdl: off; chained; chained with the CTA's W slice prefetched into L2
 VEC = 8  # bf16 elements per 16-byte vector
 WARP = 32
 STEP = 4 * VEC  # K elements of one warp step: 4 lanes (t = 0..3) of one row, a vector each
@@ -123,6 +124,16 @@ def _atomic_add(ptr: cute.Pointer, value: cutlass.Int32, *, loc=None, ip=None) -
                                         mem_order=MemOrderKind.RELAXED, syncscope=MemScopeKind.GPU, loc=loc, ip=ip))
 
 
+@dsl_user_op
+def _prefetch_l2(ptr: cute.Pointer, nbytes: int, *, loc=None, ip=None) -> None:
+    """cp.async.bulk.prefetch.L2 of nbytes (a multiple of 16) from ptr (16-byte aligned): no registers, no shared
+    memory, nothing waits on it. has_side_effects: the compiler must neither drop it nor move it."""
+    llvm.inline_asm(None, [ptr.toint(loc=loc, ip=ip).ir_value(loc=loc, ip=ip),
+                           cutlass.Int32(nbytes).ir_value(loc=loc, ip=ip)],
+                    "cp.async.bulk.prefetch.L2.global [$0], $1;", "l,r",
+                    has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
+
+
 def _vector(src):
     v = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.BFloat16)
     v.store(src.load())
@@ -133,7 +144,8 @@ def _vector(src):
 def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, mP: cute.Tensor, mC: cute.Tensor,
                  M: cutlass.Constexpr, N: cutlass.Constexpr, K: cutlass.Constexpr, WROWS: cutlass.Constexpr,
                  RT: cutlass.Constexpr, KWARPS: cutlass.Constexpr, STAGES: cutlass.Constexpr,
-                 XRING: cutlass.Constexpr, KSPLIT: cutlass.Constexpr, ROTATE: cutlass.Constexpr):
+                 XRING: cutlass.Constexpr, KSPLIT: cutlass.Constexpr, ROTATE: cutlass.Constexpr,
+                 PDL: cutlass.Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     bidx, kz, _ = cute.arch.block_idx()   # row block, K slice
     warp = tidx // WARP
@@ -180,9 +192,11 @@ def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, mP: cute.Ten
     def one(src):  # a 16-byte vector as (the copy atom's 8 values, 1 copy)
         return cute.make_tensor(src.iterator, cute.make_layout((VEC, 1)))
 
-    def issue(s: int) -> None:  # the copies of step s into its slot, s % STAGES
+    def issue_w(s: int) -> None:  # the W copies of step s into its slot, s % STAGES
         for v in cutlass.range_constexpr(VW):
             cute.copy(copy_w, one(gW[(None, (wrow[v], kv_of(s)))]), one(ring[(None, tidx, v, s % STAGES)]))
+
+    def issue_x(s: int) -> None:
         for j in cutlass.range_constexpr(VX):
             cute.copy(copy_x, one(gX[(None, (xrow[j], kv_of(s)))]), one(ring[(None, tidx, VW + j, s % STAGES)]))
 
@@ -194,15 +208,36 @@ def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, mP: cute.Ten
     for i in cutlass.range_constexpr(VEC):
         zero[i] = cutlass.BFloat16(0.0)
 
+    if cutlass.const_expr(PDL > 0):
+        # chained (build's pdl): the next kernel of the chain may launch now, and until griddepcontrol.wait this
+        # CTA touches only W, which no kernel writes; x is the previous kernel's output
+        cute.arch.griddepcontrol_launch_dependents()
+    if cutlass.const_expr(PDL == 2):
+        # all of the CTA's W slice asked into L2 while the previous kernel runs, a row per thread
+        for p in cutlass.range_constexpr((WROWS * RT + THREADS - 1) // THREADS):
+            r = tidx + p * THREADS
+            if r < WROWS * RT:
+                _prefetch_l2(gW[(None, (n0 + r, kz * (K // KSPLIT // VEC)))].iterator, K // KSPLIT * 2)
     # Prologue: steps 0 .. STAGES - 2 in flight, a group each (the constraints give at least STAGES steps).
+    # Chained, W's groups go first and x's follow the wait as groups of their own: groups complete in order, so
+    # waiting for all but the newest STAGES - 1 still lands step s's W and x before its reads.
     for s in cutlass.range_constexpr(STAGES - 1):
-        issue(s)
+        issue_w(s)
+        if cutlass.const_expr(PDL == 0):
+            issue_x(s)
         cute.arch.cp_async_commit_group()
+    if cutlass.const_expr(PDL > 0):
+        cute.arch.griddepcontrol_wait()
+        if cutlass.const_expr(VX > 0):
+            for s in cutlass.range_constexpr(STAGES - 1):
+                issue_x(s)
+                cute.arch.cp_async_commit_group()
     for s in cutlass.range_constexpr(steps):
         # refill the slot step s - 1 was read from; one group per step even when empty, so that waiting for all
         # but the newest STAGES - 1 groups always means step s has landed
         if cutlass.const_expr(s + STAGES - 1 < steps):
-            issue(s + STAGES - 1)
+            issue_w(s + STAGES - 1)
+            issue_x(s + STAGES - 1)
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(STAGES - 1)
         slot = s % STAGES
@@ -278,16 +313,17 @@ def _gemv_kernel(mX: cute.Tensor, mW: cute.Tensor, mO: cute.Tensor, mP: cute.Ten
 def _gemv(x_ptr: cute.Pointer, w_ptr: cute.Pointer, o_ptr: cute.Pointer, p_ptr: cute.Pointer, c_ptr: cute.Pointer,
           stream: cuda.CUstream, M: cutlass.Constexpr, N: cutlass.Constexpr, K: cutlass.Constexpr,
           WROWS: cutlass.Constexpr, RT: cutlass.Constexpr, KWARPS: cutlass.Constexpr, STAGES: cutlass.Constexpr,
-          XRING: cutlass.Constexpr, KSPLIT: cutlass.Constexpr, ROTATE: cutlass.Constexpr):
+          XRING: cutlass.Constexpr, KSPLIT: cutlass.Constexpr, ROTATE: cutlass.Constexpr, PDL: cutlass.Constexpr):
     mX = cute.make_tensor(x_ptr, cute.make_layout((M, K), stride=(K, 1)))
     mW = cute.make_tensor(w_ptr, cute.make_layout((N, K), stride=(K, 1)))
     mO = cute.make_tensor(o_ptr, cute.make_layout((M, N), stride=(N, 1)))
     mP = cute.make_tensor(p_ptr, cute.make_layout((KSPLIT, M, N), stride=(M * N, N, 1)))  # fp32 partials
     mC = cute.make_tensor(c_ptr, cute.make_layout(N // (WROWS * RT)))                    # a counter per row block
-    _gemv_kernel(mX, mW, mO, mP, mC, M, N, K, WROWS, RT, KWARPS, STAGES, XRING, KSPLIT, ROTATE).launch(
+    _gemv_kernel(mX, mW, mO, mP, mC, M, N, K, WROWS, RT, KWARPS, STAGES, XRING, KSPLIT, ROTATE, PDL).launch(
         grid=(N // (WROWS * RT), KSPLIT, 1),
         block=(KWARPS * WARP, 1, 1),
         stream=stream,
+        use_pdl=PDL > 0,
     )
 
 
@@ -315,22 +351,28 @@ def _ptrs(x_addr: int, w_addr: int, o_addr: int, p_addr: int, c_addr: int) -> tu
             make_ptr(cutlass.Int32, c_addr, gmem, assumed_align=16))
 
 
-def _compile_args(config: dict, shape: dict, stream) -> tuple:
+def _compile_args(config: dict, shape: dict, stream, pdl: int) -> tuple:
+    if pdl not in PDL_LEVELS:
+        raise ValueError(f"pdl={pdl!r}: one of {PDL_LEVELS}")
     # Any 16-byte aligned address serves for compiling: only the layouts are baked in.
-    return (*_ptrs(16, 16, 16, 16, 16), stream, *_params(config, shape))
+    return (*_ptrs(16, 16, 16, 16, 16), stream, *_params(config, shape), pdl)
 
 
-def compile_target(config: dict, shape: dict) -> tuple:
+def compile_target(config: dict, shape: dict, pdl: int = 0) -> tuple:
     """The @cute.jit function and its compile arguments, for an ahead-of-time compile with no GPU."""
     from cutlass.cute.runtime import make_fake_stream
 
-    return _gemv, _compile_args(config, shape, make_fake_stream())
+    return _gemv, _compile_args(config, shape, make_fake_stream(), pdl)
 
 
-def build(config: dict, shape: dict):
+def build(config: dict, shape: dict, pdl: int = 0):
+    """pdl (a layer's chain of kernels, not a tuning parameter: a slot is timed from a clean start) 1: launched
+    as a programmatic dependent launch that lets the next kernel launch at once, copies its first STAGES - 1 steps
+    of W into the ring and only then waits for the previous kernel (griddepcontrol.wait) before touching x;
+    2: also asks all of its W slice into L2 before the wait."""
     m, n, k, wrows, rt, _, _, _, ksplit, _ = _params(config, shape)
     stream0 = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
-    compiled = cute.compile(_gemv, *_compile_args(config, shape, stream0))
+    compiled = cute.compile(_gemv, *_compile_args(config, shape, stream0, pdl))
     # KSPLIT > 1: the build's own partials and counters (zero; each call's last CTA per row block rearms its
     # counter), so a build serves one stream at a time, as a decode step's kernels do
     dev = torch.device("cuda", torch.cuda.current_device())

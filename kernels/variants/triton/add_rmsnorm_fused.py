@@ -8,6 +8,7 @@ as vLLM's fused_add_rms_norm does; all maths in fp32.
 """
 
 import math
+import os
 
 import torch
 import triton
@@ -26,7 +27,9 @@ USES_LIBRARY = False
 @triton.jit
 def add_rmsnorm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
                        stride_x, stride_r, stride_o, stride_ro, eps,
-                       H: tl.constexpr, BLOCK_H: tl.constexpr, ONE_PASS: tl.constexpr):
+                       H: tl.constexpr, BLOCK_H: tl.constexpr, ONE_PASS: tl.constexpr, TRIGGER: tl.constexpr):
+    if TRIGGER:  # the head of a chain (build's pdl): the next kernel may launch and prefetch its weights now
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     if ONE_PASS:
         offs = tl.arange(0, BLOCK_H)
@@ -67,15 +70,19 @@ def _full_config(config):
     return cfg
 
 
-def _consts(cfg, shape):
+def _consts(cfg, shape, trigger=False):
     H = int(shape["H"])
     bh = int(cfg["BLOCK_H"])
-    return dict(H=H, BLOCK_H=bh, ONE_PASS=bh >= H)
+    return dict(H=H, BLOCK_H=bh, ONE_PASS=bh >= H, TRIGGER=trigger)
 
 
-def build(config, shape):
+def build(config, shape, pdl=False):
+    """pdl: the head of a layer's chain of kernels (not a tuning parameter): launched plainly, it lets the next
+    kernel, a programmatic dependent launch, start at once (griddepcontrol.launch_dependents). sm_90+ GPUs only."""
     cfg = _full_config(config)
-    consts = _consts(cfg, shape)
+    pdl = pdl and os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available() \
+        and torch.cuda.get_device_capability()[0] >= 9
+    consts = _consts(cfg, shape, pdl)
     eps = float(shape.get("eps", 1e-6))
     nw = int(cfg["num_warps"])
 
@@ -112,9 +119,9 @@ def _aot(kernel, types, consts, num_warps, num_stages, arch, aligned=()):
     return out.asm["ptx"]
 
 
-def compile_ptx(config, shape, arch="sm_90a"):
+def compile_ptx(config, shape, arch="sm_90a", pdl=False):
     cfg = _full_config(config)
     types = {"x_ptr": "*bf16", "res_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "res_out_ptr": "*bf16",
              "stride_x": "i32", "stride_r": "i32", "stride_o": "i32", "stride_ro": "i32", "eps": "fp32"}
-    return _aot(add_rmsnorm_kernel, types, _consts(cfg, shape), int(cfg["num_warps"]), 1, arch,
+    return _aot(add_rmsnorm_kernel, types, _consts(cfg, shape, pdl), int(cfg["num_warps"]), 1, arch,
                 aligned=("stride_x", "stride_r", "stride_o", "stride_ro"))
