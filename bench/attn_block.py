@@ -16,9 +16,9 @@ one run, kernel launches counted with torch.profiler (as bench/moe_block.py):
 - ``tuned_pdl`` (sm_90+): the same kernels and configs chained by programmatic dependent launch, the seed
   system's weight prefetch: add_rmsnorm lets the GEMV launch at once, the GEMV fetches its first W (the ring's
   first STAGES - 1 steps, the K-split GEMV's first chunk) while add_rmsnorm runs and waits for it only before it
-  reads x, and rmsnorm_gemm prefetches its W slice into L2 while the GEMV runs; ``tuned_pdl_l2`` also has the
-  GEMV's CTAs ask all of their W into L2 before the wait. A fused_qkv_a winner that cannot be chained (a Triton
-  GEMM, cuBLAS) runs plainly inside the chain, and the row says so.
+  reads x, and rmsnorm_gemm is launched while the GEMV runs and waits for it; ``tuned_pdl_l2`` also has the
+  GEMV's CTAs and rmsnorm_gemm's programs ask all of their W into L2 before the wait. A fused_qkv_a winner that
+  cannot be chained (a Triton GEMM, cuBLAS) runs plainly inside the chain, and the row says so.
 The tuned outputs are compared with the stock ones (rel-L2 per output).
 
     python bench/attn_block.py --winners bench/results/<date>-h200-decode-tuning-r.json [--batches 1,4,16]
@@ -121,7 +121,8 @@ def chains(dev) -> bool:
 
 def build_kernels(m, dims, configs, pdl: int = 0):
     """(add, qkv_a, q_norm_gemm, used) for this M; pdl > 0 builds each kernel whose build takes pdl as a link of
-    the chain (the GEMV at that level, the others on or off), the rest plainly, and `used` says which were."""
+    the chain (at that level; the chain's head, add_rmsnorm, on or off), the rest plainly, and `used` says which
+    were."""
     h, ql, kvl, rope, qn = dims
 
     def make(stem, cfg, shape, level):
@@ -135,7 +136,7 @@ def build_kernels(m, dims, configs, pdl: int = 0):
     qkv_a, gemm_chained = make(gemm_stem, gemm_cfg, {"M": m, "N": ql + kvl + rope, "K": h}, pdl) if gemm_stem \
         else (None, False)
     qn_stem, qn_cfg = pick(configs, "rmsnorm_gemm", m, "rmsnorm_gemm_fused")
-    q_norm_gemm, qn_chained = make(qn_stem, qn_cfg, {"M": m, "N": qn, "K": ql, "eps": EPS}, int(pdl > 0))
+    q_norm_gemm, qn_chained = make(qn_stem, qn_cfg, {"M": m, "N": qn, "K": ql, "eps": EPS}, pdl)
     used = {"add_rmsnorm": [add_stem, add_cfg], "fused_qkv_a": [gemm_stem or "cuBLAS (stock kept)", gemm_cfg],
             "rmsnorm_gemm": [qn_stem, qn_cfg]}
     if pdl:

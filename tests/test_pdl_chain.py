@@ -125,16 +125,21 @@ def _triton(stem: str):
     return mod
 
 
-def test_a_chained_rmsnorm_gemm_prefetches_its_w_rows_and_reads_x_after_the_wait() -> None:
+@pytest.mark.parametrize("pdl", [1, 2])
+def test_a_chained_rmsnorm_gemm_reads_nothing_before_the_wait(pdl: int) -> None:
     mod = _triton("rmsnorm_gemm_fused")
     config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 6, "num_warps": 2, "num_stages": 2}
-    body = [ln.strip() for ln in mod.compile_ptx(config, Q_B, pdl=True).splitlines()]
+    body = [ln.strip() for ln in mod.compile_ptx(config, Q_B, pdl=pdl).splitlines()]
     plain = mod.compile_ptx(config, Q_B)
     assert "griddepcontrol" not in plain
     trigger, wait = first(body, "griddepcontrol.launch_dependents"), first(body, "griddepcontrol.wait")
+    assert trigger < wait
     prefetch = [i for i, ln in enumerate(body) if "cp.async.bulk.prefetch.L2.global" in ln]
-    assert len(prefetch) == config["BLOCK_N"] and trigger < prefetch[0] and prefetch[-1] < wait
-    assert prefetch_sizes(body) == [Q_B["K"] // config["SPLIT_K"] * 2] * config["BLOCK_N"]   # a row's K slice
+    if pdl == 1:
+        assert not prefetch
+    else:
+        assert len(prefetch) == config["BLOCK_N"] and trigger < prefetch[0] and prefetch[-1] < wait
+        assert prefetch_sizes(body) == [Q_B["K"] // config["SPLIT_K"] * 2] * config["BLOCK_N"]   # a row's K slice
     assert before(body, "ld.global", wait) == 0 and before(body, "cp.async.c", wait) == 0
 
 

@@ -81,11 +81,12 @@ def rmsnorm_gemm_kernel(x_ptr, g_ptr, w_ptr, out_ptr, ws_ptr, ss_ptr, cnt_ptr, M
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
-    if PDL:
-        # chained (build's pdl): the next kernel may launch now; this program's W slice goes into L2 while the
-        # previous kernel, which writes x, runs; nothing but W is touched before the wait
+    if PDL > 0:
+        # chained (build's pdl): the next kernel may launch now, and nothing but W is touched before the wait for
+        # the previous kernel, which writes x; level 2 asks this program's W slice into L2 meanwhile
         tl.extra.cuda.gdc_launch_dependents()
-        _prefetch_rows_l2(w_ptr, pid_n * BLOCK_N, N, stride_wn, pid_k * K_PER_SPLIT, BLOCK_N, K_PER_SPLIT * 2)
+        if PDL == 2:
+            _prefetch_rows_l2(w_ptr, pid_n * BLOCK_N, N, stride_wn, pid_k * K_PER_SPLIT, BLOCK_N, K_PER_SPLIT * 2)
         tl.extra.cuda.gdc_wait()
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -163,7 +164,7 @@ def check_constraints(config: dict, shape: dict) -> dict:
     return c
 
 
-def _meta(c: dict, shape: dict, upcast: bool, pdl: bool = False) -> dict:
+def _meta(c: dict, shape: dict, upcast: bool, pdl: int = 0) -> dict:
     k, split, bk = int(shape["K"]), c["SPLIT_K"], c["BLOCK_K"]
     even_k = k % (bk * split) == 0
     # Each split covers a whole number of BLOCK_K steps; the last split is masked when K is ragged.
@@ -173,7 +174,7 @@ def _meta(c: dict, shape: dict, upcast: bool, pdl: bool = False) -> dict:
             "PDL": pdl}
 
 
-def compile_ptx(config: dict, shape: dict, arch: str = "sm_90a", pdl: bool = False) -> str:
+def compile_ptx(config: dict, shape: dict, arch: str = "sm_90a", pdl: int = 0) -> str:
     """Ahead-of-time PTX for ``arch`` with no GPU, specialised as the JIT is for real torch tensors of
     these shapes (16-byte aligned pointers; K-strides divisible by 16 elements when K is)."""
     from triton.backends.compiler import GPUTarget
@@ -197,15 +198,19 @@ def compile_ptx(config: dict, shape: dict, arch: str = "sm_90a", pdl: bool = Fal
     return kernel.asm["ptx"]
 
 
-def build(config: dict, shape: dict, pdl: bool = False):
-    """pdl (a layer's chain of kernels, not a tuning parameter: a slot is timed from a clean start): launched as
-    a programmatic dependent launch that lets the next kernel launch at once and prefetches its W slice into L2
-    before it waits for the previous kernel (griddepcontrol.wait). sm_90+ GPUs only: elsewhere it is off."""
+def build(config: dict, shape: dict, pdl: int = 0):
+    """pdl (a layer's chain of kernels, not a tuning parameter: a slot is timed from a clean start) 1: launched as
+    a programmatic dependent launch that lets the next kernel launch at once and waits for the previous kernel
+    (griddepcontrol.wait) before it reads anything; 2: first asks its W slice into L2. sm_90+ GPUs only: elsewhere
+    it is off."""
     c = check_constraints(config, shape)
     m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
     eps = float(shape["eps"])
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
-    pdl = pdl and not interpret and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+    if pdl not in (0, 1, 2):
+        raise ValueError(f"pdl={pdl!r}: one of (0, 1, 2)")
+    if interpret or not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        pdl = 0
     meta = _meta(c, shape, upcast=interpret, pdl=pdl)
     split = c["SPLIT_K"]
     grid = (triton.cdiv(n, c["BLOCK_N"]), split, triton.cdiv(m, c["BLOCK_M"]))
