@@ -191,7 +191,7 @@ def test_same_db_gives_same_wheel(db_path: Path, exported: dict[str, Any], tmp_p
 def test_installed_wheel_dispatches_and_selftests(installed: Path, exported: dict[str, Any], tmp_path: Path) -> None:
     pkg = exported["package"]
     p = _py(installed, f"""
-        import importlib.util, json, torch
+        import importlib.util, json, os, torch
         assert importlib.util.find_spec("kernels") is None and importlib.util.find_spec("workers") is None
         import {pkg} as P
         from {pkg} import reference as R
@@ -218,6 +218,26 @@ def test_installed_wheel_dispatches_and_selftests(installed: Path, exported: dic
                         ok, why, _ = sem.check(dims, dt, out, sem.reference(dims, inp))
                         assert ok, (slot, key, m, why)
                         seen.append([slot, key, m, c.kind])
+        # pdl: a kernel that cannot be chained (a torch variant; no GPU) is built plainly and is still right
+        slot, key, m, _ = next(s for s in seen if s[3] == "tuned")
+        assert not P.chainable(P.explain(slot, key, m))
+        spec = table["slots"][slot][key]["shape"]
+        sem = R.semantics(slot)
+        dims, dt = spec["dims"], R.DTYPES[spec["dtype"]]
+        inp = sem.make_inputs(dims, dt, m, 99, torch.device("cpu"))
+        out = sem.alloc_outputs(dims, dt, m, torch.device("cpu"))
+        R.poison(out)
+        P.dispatch(slot, key, m, pdl=1)(**inp, **out)
+        assert sem.check(dims, dt, out, sem.reference(dims, inp))[0]
+        for bad in (lambda: P.dispatch(slot, key, m, pdl=3), lambda: D.pdl_level()):
+            os.environ["KT_LS_PDL"] = "yes"
+            try:
+                bad()
+                raise AssertionError("accepted")
+            except ValueError:
+                pass
+        os.environ["KT_LS_PDL"] = "2"
+        assert D.pdl_level() == 2
         print(json.dumps(seen))
     """, tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]

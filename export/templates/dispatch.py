@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import json
 import os
 import platform
@@ -24,6 +25,8 @@ from . import reference
 KernelFn = Callable[..., None]
 # Languages that run only on a CUDA device (the torch ones run anywhere).
 GPU_LANGUAGES = ("triton", "cute")
+# The chain level the vLLM hooks build their kernels at (dispatch's pdl): 0, the default, is off.
+PDL_ENV = "KT_LS_PDL"
 _HARDWARE_CLASSES = ("gb300", "gb200", "b300", "b200", "h200", "h100", "h20", "a100", "l40s")
 
 
@@ -127,17 +130,48 @@ def explain(slot: str, shape_key: str, m: int) -> Choice:
                   json.dumps(entry["config"], sort_keys=True))
 
 
+def pdl_level() -> int:
+    """The chain level asked for by env KT_LS_PDL (0 when unset)."""
+    value = os.environ.get(PDL_ENV, "0")
+    if value not in ("0", "1", "2"):
+        raise ValueError(f"{PDL_ENV}={value!r}: one of 0 (off), 1 (chained), 2 (chained, weights into L2 first)")
+    return int(value)
+
+
+def _module(choice: Choice) -> Any:
+    return importlib.import_module(f"{__package__}.kernels.{choice.module}")
+
+
+def chainable(choice: Choice) -> bool:
+    """Whether dispatch(..., pdl=1 or 2) gives this choice as a link of a chain of programmatic dependent launches:
+    a tuned kernel whose build takes pdl, on an sm_90+ GPU. Everything else is built plainly, which is always
+    correct in a chain (a plain launch waits for all that came before it)."""
+    if choice.kind != "tuned" or not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        return False
+    return "pdl" in inspect.signature(_module(choice).build).parameters
+
+
 @functools.cache
-def _build(choice: Choice) -> KernelFn:
+def _build(choice: Choice, pdl: int = 0) -> KernelFn:
     if choice.kind == "stock":
         return reference.semantics(choice.slot).stock(build_arg(choice.slot, choice.shape_key, choice.m))
-    module = importlib.import_module(f"{__package__}.kernels.{choice.module}")
-    return module.build(choice.config_dict(), build_arg(choice.slot, choice.shape_key, choice.m))
+    arg = build_arg(choice.slot, choice.shape_key, choice.m)
+    if pdl and chainable(choice):
+        return _module(choice).build(choice.config_dict(), arg, pdl=pdl)
+    return _module(choice).build(choice.config_dict(), arg)
 
 
-def dispatch(slot: str, shape_key: str, m: int) -> KernelFn:
-    """The kernel for (slot, shape, M): built once per (choice, M) and cached."""
-    return _build(explain(slot, shape_key, m))
+def dispatch(slot: str, shape_key: str, m: int, pdl: int = 0) -> KernelFn:
+    """The kernel for (slot, shape, M): built once per (choice, M, pdl) and cached.
+
+    pdl 1 (sm_90+) builds it as a link of a chain: a programmatic dependent launch that lets the next kernel
+    launch at once and reads nothing but its weights until the kernel before it has finished
+    (griddepcontrol.wait); 2 also asks its weights into L2 before that wait. It must only be used where no
+    earlier kernel writes this kernel's weights (inference). chainable() says whether a choice can be chained;
+    one that cannot is built plainly."""
+    if pdl not in (0, 1, 2):
+        raise ValueError(f"pdl={pdl!r}: one of 0, 1, 2")
+    return _build(explain(slot, shape_key, m), pdl)
 
 
 def stock(slot: str, shape_key: str, m: int) -> KernelFn:

@@ -9,7 +9,8 @@ with ``CustomOp.register_oot(name=X)`` / ``PluggableLayer.register_oot(name=X)``
 wherever vLLM builds its in-tree class ``X``. The subclasses below call the tuned kernel only for
 inputs that match an exported shape and bucket, and defer to vLLM's own forward for everything else.
 MoE entries that map onto vLLM's Triton fused_moe kernel ship as tuned config JSON, enabled by
-pointing ``VLLM_TUNED_CONFIG_FOLDER`` at them.
+pointing ``VLLM_TUNED_CONFIG_FOLDER`` at them. ``KT_LS_PDL=1`` builds the hooked kernels that can be chained as
+programmatic dependent launches (dispatch's pdl): each fetches its weights while the kernel before it runs.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def _linear_class(base: type, kind: str) -> type:
             if key is None:
                 return None
             choice = dsp.explain("dense_gemm", key, x.shape[0])
-            return dsp.dispatch("dense_gemm", key, x.shape[0]) if choice.kind == "tuned" else None
+            return dsp.dispatch("dense_gemm", key, x.shape[0], dsp.pdl_level()) if choice.kind == "tuned" else None
 
     LatencySpecializedLinear.__name__ = LatencySpecializedLinear.__qualname__ = f"LatencySpecialized{kind}"
     return LatencySpecializedLinear
@@ -123,7 +124,7 @@ def _rmsnorm_class(base: type) -> type:
             if key is None:
                 return None
             choice = dsp.explain("add_rmsnorm", key, x.shape[0])
-            return dsp.dispatch("add_rmsnorm", key, x.shape[0]) if choice.kind == "tuned" else None
+            return dsp.dispatch("add_rmsnorm", key, x.shape[0], dsp.pdl_level()) if choice.kind == "tuned" else None
 
     return LatencySpecializedRMSNorm
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import argparse
+import inspect
 import json
 import secrets
 import statistics
@@ -41,6 +42,7 @@ class EntryReport:
     seeds: list[int] = field(default_factory=list)
     rel_l2: float | None = None
     speedup_vs_stock: dict[str, float] = field(default_factory=dict)  # by M
+    chained: str | None = None  # "pass" when the chained build (dispatch's pdl=1) was checked too
 
 
 def _sync(device: torch.device) -> None:
@@ -115,6 +117,9 @@ def check_entry(entry: dict[str, Any], device: torch.device, rounds: int) -> Ent
     shape = dsp.dispatch_table()["slots"][entry["slot"]][entry["shape_key"]]["shape"]
     dims, dtype = shape["dims"], reference.DTYPES[shape["dtype"]]
     module = __import__(f"{__package__}.kernels.{entry['module']}", fromlist=["build"])
+    # the chained build (dispatch's pdl=1) is checked as well where this machine can chain it
+    chain = (device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+             and "pdl" in inspect.signature(module.build).parameters)
     worst = 0.0
     for m in entry["ms"]:
         try:
@@ -145,10 +150,40 @@ def check_entry(entry: dict[str, Any], device: torch.device, rounds: int) -> Ent
                 return rep
             previous = {k: v.clone() for k, v in outputs.items()}
             worst = max(worst, rel or 0.0)
+        if chain:
+            failure = _check_chained(module, entry, m, sem, dims, dtype, device, rep)
+            if failure:
+                rep.status, rep.detail = "fail", failure
+                return rep
+            rep.chained = "pass"
         stock = sem.stock(dsp.build_arg(entry["slot"], entry["shape_key"], m))
         rep.speedup_vs_stock[str(m)] = round(speedup(kernel, stock, inputs, outputs, device, rounds), 3)
     rep.rel_l2 = worst
     return rep
+
+
+def _check_chained(module: Any, entry: dict[str, Any], m: int, sem: Any, dims: dict[str, Any], dtype: torch.dtype,
+                   device: torch.device, rep: EntryReport) -> str | None:
+    """The chained build on fresh inputs: None when it passes, else why not. Its weights are inputs here, and a
+    chained kernel may read its weights before the kernel ahead of it is done, so the inputs are made and synced
+    first (as a model's weights are long in place)."""
+    try:
+        chained = module.build(dict(entry["config"]), dsp.build_arg(entry["slot"], entry["shape_key"], m), pdl=1)
+    except Exception as exc:
+        return f"M={m}: chained build raised {type(exc).__name__}: {exc}"
+    seed = secrets.randbits(31)
+    rep.seeds.append(seed)
+    inputs = sem.make_inputs(dims, dtype, m, seed, device)
+    outputs = sem.alloc_outputs(dims, dtype, m, device)
+    reference.poison(outputs)
+    try:
+        _sync(device)
+        chained(**inputs, **outputs)
+        _sync(device)
+    except Exception as exc:
+        return f"M={m} seed={seed}: chained kernel raised {type(exc).__name__}: {exc}"
+    ok, reason, _ = sem.check(dims, dtype, outputs, sem.reference(dims, inputs))
+    return None if ok else f"M={m} seed={seed}: chained: {reason}"
 
 
 def run(rounds: int = 20, on_report: Callable[[EntryReport], None] | None = None,
@@ -170,7 +205,8 @@ def _line(r: EntryReport) -> str:
     speed = ", ".join(f"M={m}: x{s}" for m, s in r.speedup_vs_stock.items())
     return (f"{r.status.split(':')[0].upper():7} {r.slot} {r.shape_key} bucket {r.bucket} {r.module} "
             f"[{r.language}] {r.status if r.status.startswith('skipped') else r.detail} "
-            f"{'rel_l2=%.2e ' % r.rel_l2 if r.rel_l2 is not None else ''}{speed}").rstrip()
+            f"{'rel_l2=%.2e ' % r.rel_l2 if r.rel_l2 is not None else ''}{speed}"
+            f"{' chained: ' + r.chained if r.chained else ''}").rstrip()
 
 
 def main(argv: list[str] | None = None) -> int:
