@@ -52,3 +52,18 @@ def test_add_merges_another_plans_items_of_the_named_shapes(tmp_path: Path) -> N
     plan = json.loads(out.read_text())
     assert plan["deployment"] == json.loads(ZJ.read_text())["plan"]["deployment"]
     assert [i["shapes"] for i in plan["variants"] if i["file"] == "f.py"] == [["o_proj"]]
+
+
+def test_file_keeps_only_the_winners_of_the_named_files(tmp_path: Path) -> None:
+    """--file re-measures one table's winners of some files, as the files are now (the chained GEMVs' plan)."""
+    from_winners = load("kt_from_winners", REPO / "bench/plans/from_winners.py")
+    out = tmp_path / "some.json"
+    ring = "kernels/variants/cute/dense_gemm_ring_gemv.py"
+    ksplit = "kernels/variants/cute/dense_gemm_ksplit_gemv.py"
+    results = REPO / "bench/results/2026-12-06-h100-decode-tuning-h100-zt.json"
+    assert from_winners.main(["--results", str(results), "--out", str(out), "--file", ring, "--file", ksplit]) == 0
+    items = json.loads(out.read_text())["variants"]
+    assert {i["file"] for i in items} == {ring, ksplit}
+    assert sorted((i["shapes"][0], i["batch_sizes"][0]) for i in items if i["file"] == ksplit) == [
+        ("fused_qkv_a", 1), ("o_proj", 1), ("q_b_proj", 1)]
+    assert len(items) == 9 and all(len(i["configs"]) == 1 for i in items)

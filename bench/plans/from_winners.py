@@ -1,7 +1,8 @@
 """Writes a device plan that re-measures one table's winners on another card (run from the repo root):
 
     python bench/plans/from_winners.py --results bench/results/<date>-h200-decode-tuning-zj.json \
-        --out bench/plans/h100_port_zj.json [--add bench/plans/h200_warp_gemv_zk.json --add-shape o_proj]
+        --out bench/plans/h100_port_zj.json [--add bench/plans/h200_warp_gemv_zk.json --add-shape o_proj] \
+        [--file kernels/variants/cute/dense_gemm_ring_gemv.py ...]
 
 One item per (file, slot, shape, M) with the configs that won there, at the M that won. A table's variant ids
 name file versions: a winner of an older version runs as the file is now, its config completed the way the
@@ -51,9 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--add", type=Path, action="append", default=[], help="another plan whose items join this one")
     ap.add_argument("--add-shape", action="append", default=[], help="keep only --add items of these shapes")
+    ap.add_argument("--file", action="append", default=[],
+                    help="keep only the winners of these variant files (repeatable; e.g. to re-measure the winners "
+                         "of the files as they are now, on the same card)")
     args = ap.parse_args(argv)
     results = json.loads(args.results.read_text())
-    items = port_items(results)
+    items = [i for i in port_items(results) if not args.file or i["file"] in args.file]
     for extra in args.add:
         items += [i for i in json.loads(extra.read_text())["variants"]
                   if not args.add_shape or set(i.get("shapes") or ()) & set(args.add_shape)]
