@@ -23,6 +23,12 @@ CUDA-core math: M * 8 FMAs per 16-byte W vector, so M <= 8 is the target (at M =
 as long as fused_qkv_a's HBM floor); the constraints keep M * ROWS accumulators and ROWS * UNROLL W vectors
 per thread in registers.
 
+build(config, shape, pdl=1) is the same kernel as a link of a chain of programmatic dependent launches (a layer's
+choice, not a tuning parameter): it lets the next kernel launch at once, loads its first chunk of W and only then
+waits for the kernel ahead (griddepcontrol.wait) before it reads x; pdl=2 first asks the CTA's rows into L2.
+Measured (session ZY, H100; bench/results/2026-12-06-h100-chain-check-zy.json): bitwise equal to the plain build
+behind a producer of its x; q_b_proj M = 1 pair 4.79 -> 4.06 us, o_proj 9.30 -> 8.43, fused_qkv_a 15.28 -> 14.94.
+
 Shapes are compile-time constants (a build is per (N, K, M)), and the kernel takes raw pointers, as in
 dense_gemm_warp_gemv.py.
 

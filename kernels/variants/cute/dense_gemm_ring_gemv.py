@@ -47,6 +47,13 @@ Measured (sessions ZS and ZT, H100; -h100-zs.md, -h100-zt.md): ROTATE 1 faster i
 M = 16: 4.69 against 5.31 us; fused_qkv_a M = 16: 13.85 against 14.34, ncu 64.9% against 62.7% of DRAM
 throughput); the ring now holds the H100's M = 4 and 16 buckets of all three shapes. Not yet run on an H200.
 
+build(config, shape, pdl=1) is the same kernel as a link of a chain of programmatic dependent launches (a layer's
+choice, not a tuning parameter): it lets the next kernel launch at once, copies the prologue's W, waits for the kernel
+ahead (griddepcontrol.wait) and only then copies x, as groups of their own (groups complete in order, so the loop's
+waits are unchanged); pdl=2 first asks the CTA's W slice into L2. Measured (session ZY, H100;
+bench/results/2026-12-06-h100-chain-check-zy.json): bitwise equal to the plain build behind a producer of its x;
+q_b_proj M = 4 pair 5.70 -> 4.80 us, o_proj M = 16 10.26 -> 9.34; the L2 prefetch lost at fused_qkv_a.
+
 Shapes are compile-time constants (a build is per (N, K, M)) and the kernel takes raw pointers, as the other
 CuTe GEMVs do.
 """
