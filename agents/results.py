@@ -350,6 +350,12 @@ def _failure_hints(g: FailureGroup, runs: list[Run], all_ms: list[int]) -> list[
                    "tail tiles included")
     elif code == "nan_output":
         out.append(f"writes NaN/Inf at {where}: check accumulator initialisation and out-of-bounds loads")
+    elif code == "chained_mismatch":
+        out.append(f"the chained build (build(..., pdl=1)) is wrong at {where} while the plain one is right: before "
+                   "griddepcontrol.wait it may load only weights; activations written by the kernel ahead are "
+                   "poison until that wait returns")
+    elif code == "chained_build_error":
+        out.append(f"build(..., pdl=1) fails at {where}{at}: {(ex.reason or '')[:160]}")
     elif g.verdict == "check_failed":
         rel = _REL_L2.search(ex.reason or "")
         first = ex.mismatches[0] if ex.mismatches else None

@@ -86,3 +86,16 @@ def test_time_below_the_bandwidth_floor_is_implausible():
     assert failure.value.reason_code == "implausible_timing"
     stage, timed = run_bench(ctx(1e6))
     assert timed.passed and stage.frac_of_floor < 1
+
+
+def test_a_chained_build_that_reads_its_activations_early_is_caught(data_dir):
+    """build(..., pdl=1) is what the exported dispatch(..., pdl=1) ships, so the check stage runs it too, behind a
+    producer that writes its x late (workers/chain.py). Here its chained form reads x before griddepcontrol.wait."""
+    result = run_cheat("chained_reads_early", data_dir, language="triton")
+    if DEVICE == "cuda" and torch.cuda.get_device_capability()[0] >= 9:
+        assert (result.verdict, result.reason_code) == (Verdict.check_failed, "chained_mismatch"), result.reason
+        assert [t.kind for t in result.check.trials if not t.passed] == ["chained"]
+        assert all(t.passed for t in result.check.trials if t.kind != "chained")
+    else:  # no programmatic dependent launch here: its plain form is right, and no chained trial runs
+        assert result.verdict == Verdict.passed, result.reason
+        assert not any(t.kind == "chained" for t in result.check.trials)

@@ -41,6 +41,7 @@ from kernels.catalogue import get_slot
 from kernels.slots.base import Shape, Slot
 from workers import audit, tamper
 from workers.bench import BenchContext, run_bench
+from workers import chain
 from workers.check import CheckContext, run_check
 from workers.failures import Failure
 from workers.fingerprint import bandwidth_key, fingerprint, measure_bandwidth_gbs
@@ -208,6 +209,9 @@ def _check(spec: RunSpec, result: RunResult, slot: Slot, shape: Shape, device: t
                        profile_library=not (library_is_language or declared))
     result.check = CheckStage(passed=False)  # filled by a failing step, replaced when all pass
     check, used_library = run_check(ctx, seeds)
+    if chain.chainable(module, device):  # the form dispatch(..., pdl=1) ships: checked in its race
+        result.check = check
+        check.trials.extend(_check_chained(spec, slot, shape, device, verify, module, filename))
     check.seconds = time.perf_counter() - t0
     result.check = check
     result.uses_library = library_is_language or declared or used_library
@@ -216,6 +220,20 @@ def _check(spec: RunSpec, result: RunResult, slot: Slot, shape: Shape, device: t
         raise Failure(Verdict.rejected, "undeclared_library_call",
                       f"a {spec.language} variant called library GEMMs ({', '.join(check.library_ops)}) "
                       "without declaring USES_LIBRARY")
+
+
+def _check_chained(spec: RunSpec, slot: Slot, shape: Shape, device: torch.device, verify: Callable[[], None],
+                   module: Any, filename: str) -> list[Any]:
+    """The chained build's trials (workers/chain.py); raises Failure when it cannot be built or answers wrong."""
+    try:
+        chained = module.build(dict(spec.config), shape.as_build_arg(spec.m), pdl=1)
+    except Exception as exc:
+        line = line_in_source(exc, filename)
+        raise Failure(Verdict.check_failed, "chained_build_error", f"build(..., pdl=1) raised {type(exc).__name__}: "
+                      f"{exc}" + (f" (line {line})" if line else ""), line=line) from exc
+    verify()
+    seeds = [derive_seed(spec.seed, f"chain{k}") for k in range(2)]
+    return chain.check_chained(slot, shape, spec.m, device, chained, filename, seeds, verify)
 
 
 def _end(result: RunResult, verdict: Verdict, code: str, reason: str) -> RunResult:

@@ -1,0 +1,116 @@
+"""The chained build's check: a variant whose build takes ``pdl`` can ship as a link of a chain of programmatic
+dependent launches (the exported package's dispatch(..., pdl=1)), so that form is checked too, in the race it
+exists for.
+
+A chained kernel may start while the kernel ahead of it still runs, and it must read nothing but its weights
+until griddepcontrol.wait. Here the kernel ahead is a producer that lets it launch at once, sleeps, and only then
+writes the chained kernel's activations (the slot's inputs that are not weights) into buffers that held poison
+(NaN) until then: a kernel that read an activation before its wait computes on poison, and the slot's check
+fails it. The producer writes the last activation only (a slot's earlier activations are written by plain kernels
+that finish before it starts); every slot in the catalogue that a chained variant exists for has one. Weights are
+in place before the producer (a model's weights are), as a chained kernel may fetch them at once.
+sm_90+ GPUs only: elsewhere there is no programmatic dependent launch to check.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable
+
+import torch
+
+from workers.failures import Failure, call_kernel
+from workers.protocol import Trial, Verdict
+
+Tensors = dict[str, torch.Tensor]
+# How long the producer holds its writes back after letting the chained kernel launch: longer than a decode GEMM's
+# weight prologue, so an early read of the activations always sees the poison.
+PRODUCER_SLEEP_NS = 200_000
+
+
+def chainable(module: Any, device: torch.device) -> bool:
+    """True when this variant's build takes pdl and this device can launch programmatic dependents."""
+    build = getattr(module, "build", None)
+    if device.type != "cuda" or build is None or torch.cuda.get_device_capability(device)[0] < 9:
+        return False
+    try:
+        return "pdl" in inspect.signature(build).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+@functools.cache
+def _head_copy_kernel() -> Any:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def head_copy(src, dst, n, SLEEP_NS: tl.constexpr, BLOCK: tl.constexpr):
+        tl.extra.cuda.gdc_launch_dependents()
+        # hold the writes back by SLEEP_NS of %globaltimer (nanosleep alone may return at once)
+        tl.inline_asm_elementwise(
+            "{ .reg .u64 %kt_t0, %kt_t1; .reg .pred %kt_p; mov.u64 %kt_t0, %globaltimer; "
+            "KT_HOLD: nanosleep.u32 1000; mov.u64 %kt_t1, %globaltimer; sub.u64 %kt_t1, %kt_t1, %kt_t0; "
+            "setp.lt.u64 %kt_p, %kt_t1, $1; @%kt_p bra KT_HOLD; mov.u32 $0, 0; }",
+            "=r,l", [tl.full([1], SLEEP_NS, tl.int64)], dtype=tl.int32, is_pure=False, pack=1)
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        ok = offs < n
+        tl.store(dst + offs, tl.load(src + offs, mask=ok), mask=ok)
+    return head_copy
+
+
+def producer_ptx(arch: str = "sm_90a") -> str:
+    """The producer's PTX for ``arch`` with no GPU (what the tests read)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig = {"src": "*u8", "dst": "*u8", "n": "i32", "SLEEP_NS": "constexpr", "BLOCK": "constexpr"}
+    src = ASTSource(_head_copy_kernel(), sig, {"SLEEP_NS": PRODUCER_SLEEP_NS, "BLOCK": 4096}, {})
+    cc = int("".join(ch for ch in arch if ch.isdigit()))
+    return triton.compile(src, target=GPUTarget("cuda", cc, 32)).asm["ptx"]
+
+
+def produce(src: torch.Tensor, dst: torch.Tensor) -> None:
+    """dst[:] = src[:] as a chain's head: griddepcontrol.launch_dependents first, then the hold, then the copy."""
+    import triton
+
+    s, d = src.reshape(-1).view(torch.uint8), dst.reshape(-1).view(torch.uint8)
+    n = s.numel()
+    _head_copy_kernel()[(triton.cdiv(n, 4096),)](s, d, n, SLEEP_NS=PRODUCER_SLEEP_NS, BLOCK=4096)
+
+
+def activation_names(slot: Any) -> list[str]:
+    return [n for n in slot.input_names if n not in slot.weight_names]
+
+
+def check_chained(slot: Any, shape: Any, m: int, device: torch.device, chained_fn: Callable[..., None],
+                  source_file: str, seeds: list[int], verify: Callable[[], None]) -> list[Trial]:
+    """One trial per seed; raises Failure (check_failed, chained_mismatch) on the first wrong answer."""
+    acts = activation_names(slot)
+    if not acts:
+        return []
+    trials: list[Trial] = []
+    for seed in seeds:
+        fresh = slot.make_inputs(shape, m, seed, device)
+        inputs = {k: (torch.full_like(v, float("nan")) if k == acts[-1] and v.is_floating_point() else v.clone())
+                  for k, v in fresh.items()}
+        if not inputs[acts[-1]].is_floating_point():
+            inputs[acts[-1]].fill_(-1)
+        outputs = slot.alloc_outputs(shape, m, device)
+        slot.poison(outputs)
+        torch.cuda.synchronize(device)
+        produce(fresh[acts[-1]], inputs[acts[-1]])   # lets the chained kernel launch, writes its activation late
+        call_kernel(chained_fn, inputs, outputs, device, source_file)
+        verify()
+        ref = slot.reference(shape, fresh)
+        outcome = slot.check(shape, outputs, ref, fresh)
+        trials.append(Trial(kind="chained", seed=seed, passed=outcome.passed, rel_l2=outcome.rel_l2,
+                            max_abs_err=outcome.max_abs_err))
+        if not outcome.passed:
+            raise Failure(Verdict.check_failed, "chained_mismatch",
+                          f"chained build (pdl=1), seed {seed}: {outcome.reason}; a chained kernel must read its "
+                          f"activations ({', '.join(acts)}) only after griddepcontrol.wait", trials=trials,
+                          mismatches=outcome.mismatches)
+    return trials
