@@ -27,6 +27,7 @@ import torch.profiler
 import kernels.slots.base
 import workers.audit
 import workers.bench
+import workers.chain
 import workers.check
 import workers.failures
 import workers.gpu_lock
@@ -69,8 +70,8 @@ def _now() -> datetime:
 
 
 def _guarded(slot: Slot) -> Callable[[], None]:
-    harness = [kernels.slots.base, sys.modules[type(slot).__module__], workers.audit, workers.bench, workers.check,
-               workers.failures, workers.gpu_lock, workers.stats, workers.tamper, workers.timers, workers.timers.cpu,
+    harness = [kernels.slots.base, sys.modules[type(slot).__module__], workers.audit, workers.bench, workers.chain,
+               workers.check, workers.failures, workers.gpu_lock, workers.stats, workers.tamper, workers.timers, workers.timers.cpu,
                workers.timers.cuda, sys.modules[__name__]]
     libraries = [fcntl, time, torch, torch.cuda, torch.nn.functional, torch.profiler, numpy]
     classes = [torch.Tensor, torch.cuda.Event, torch.cuda.CUDAGraph, torch.profiler.profile, type(slot)]
