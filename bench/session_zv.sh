@@ -9,8 +9,6 @@
 #   fused_qkv_a M = 4 and 16) and with table ZN's winners (the K-split GEMV and the Triton split-K).
 HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
 if [ "$HW" = h200 ]; then
-  export KT_TUNING_S=${KT_TUNING_S:-270} KT_ATTN_BATCHES=${KT_ATTN_BATCHES-1,4,16} \
-    KT_ATTN_TIMEOUT_S=${KT_ATTN_TIMEOUT_S:-160} KT_SELFTEST_S=${KT_SELFTEST_S:-45}
   exec bash "$(dirname "$0")/session_zu.sh"
 fi
 source "$(dirname "$0")/device_lib.sh"

@@ -7,8 +7,6 @@
 #   the attention block with the chained paths, and the export's dense self-test, chained builds included.
 HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
 if [ "$HW" = h200 ]; then
-  export KT_TUNING_S=${KT_TUNING_S:-270} KT_ATTN_BATCHES=${KT_ATTN_BATCHES-1,4,16} \
-    KT_ATTN_TIMEOUT_S=${KT_ATTN_TIMEOUT_S:-160} KT_SELFTEST_S=${KT_SELFTEST_S:-45}
   exec bash "$(dirname "$0")/session_zu.sh"
 fi
 export KT_PLAN=bench/plans/chain_zx.json KT_WHAT=decode-tuning-h100-zx KT_TUNING_S=${KT_TUNING_S:-150} \

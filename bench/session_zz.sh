@@ -13,8 +13,6 @@ mkdir -p "$(dirname "$NEG")" && cp tests/cheats/chained_reads_early.py "$NEG"
 pr 150 2 --what chain-negative --hardware "$HW" --variants "$NEG" --configs default --shapes q_b_proj,o_proj --batches 1,4
 if [ "$HW" = h200 ]; then  # session ZU's own log starts afresh: keep this one
   mv "$L" "$OUT/run-chain-negative.log"
-  export KT_TUNING_S=${KT_TUNING_S:-270} KT_ATTN_BATCHES=${KT_ATTN_BATCHES-1,4,16} \
-    KT_ATTN_TIMEOUT_S=${KT_ATTN_TIMEOUT_S:-160} KT_SELFTEST_S=${KT_SELFTEST_S:-45}
   exec bash "$(dirname "$0")/session_zu.sh"
 fi
 pr 150 2 --what chain-ksplit --hardware "$HW" --variants kernels/variants/cute/dense_gemm_ksplit_gemv.py \

@@ -129,20 +129,9 @@ def check_entry(entry: dict[str, Any], device: torch.device, rounds: int) -> Ent
             return rep
         previous: dict[str, torch.Tensor] | None = None
         for _ in range(TRIALS):
-            seed = secrets.randbits(31)
-            rep.seeds.append(seed)
-            inputs = sem.make_inputs(dims, dtype, m, seed, device)
-            outputs = sem.alloc_outputs(dims, dtype, m, device)
-            reference.poison(outputs)
-            try:
-                kernel(**inputs, **outputs)
-                _sync(device)
-            except Exception as exc:
-                rep.status, rep.detail = "fail", f"M={m} seed={seed}: kernel raised {type(exc).__name__}: {exc}"
-                return rep
-            ok, reason, rel = sem.check(dims, dtype, outputs, sem.reference(dims, inputs))
-            if not ok:
-                rep.status, rep.detail = "fail", f"M={m} seed={seed}: {reason}"
+            failure, inputs, outputs, rel = _trial(kernel, "", sem, dims, dtype, m, device, rep)
+            if failure:
+                rep.status, rep.detail = "fail", failure
                 return rep
             # New inputs must give new outputs: a kernel returning a cached answer fails here.
             if previous is not None and all(torch.equal(previous[k], outputs[k]) for k in outputs):
@@ -151,7 +140,15 @@ def check_entry(entry: dict[str, Any], device: torch.device, rounds: int) -> Ent
             previous = {k: v.clone() for k, v in outputs.items()}
             worst = max(worst, rel or 0.0)
         if chain:
-            failure = _check_chained(module, entry, m, sem, dims, dtype, device, rep)
+            # Its weights are inputs here, and a chained kernel may read its weights before the kernel ahead of it
+            # is done: _trial makes and syncs the inputs first (as a model's weights are long in place).
+            try:
+                chained = module.build(dict(entry["config"]), dsp.build_arg(entry["slot"], entry["shape_key"], m),
+                                       pdl=1)
+            except Exception as exc:
+                rep.status, rep.detail = "fail", f"M={m}: chained build raised {type(exc).__name__}: {exc}"
+                return rep
+            failure, *_ = _trial(chained, "chained ", sem, dims, dtype, m, device, rep)
             if failure:
                 rep.status, rep.detail = "fail", failure
                 return rep
@@ -162,15 +159,10 @@ def check_entry(entry: dict[str, Any], device: torch.device, rounds: int) -> Ent
     return rep
 
 
-def _check_chained(module: Any, entry: dict[str, Any], m: int, sem: Any, dims: dict[str, Any], dtype: torch.dtype,
-                   device: torch.device, rep: EntryReport) -> str | None:
-    """The chained build on fresh inputs: None when it passes, else why not. Its weights are inputs here, and a
-    chained kernel may read its weights before the kernel ahead of it is done, so the inputs are made and synced
-    first (as a model's weights are long in place)."""
-    try:
-        chained = module.build(dict(entry["config"]), dsp.build_arg(entry["slot"], entry["shape_key"], m), pdl=1)
-    except Exception as exc:
-        return f"M={m}: chained build raised {type(exc).__name__}: {exc}"
+def _trial(kernel: Any, what: str, sem: Any, dims: dict[str, Any], dtype: torch.dtype, m: int, device: torch.device,
+           rep: EntryReport) -> tuple[str | None, dict[str, torch.Tensor], dict[str, torch.Tensor], float | None]:
+    """One call on fresh inputs (a new seed, recorded) into poisoned outputs, checked against the reference:
+    (None, inputs, outputs, rel-L2) when it passes, else (why not, ...)."""
     seed = secrets.randbits(31)
     rep.seeds.append(seed)
     inputs = sem.make_inputs(dims, dtype, m, seed, device)
@@ -178,12 +170,12 @@ def _check_chained(module: Any, entry: dict[str, Any], m: int, sem: Any, dims: d
     reference.poison(outputs)
     try:
         _sync(device)
-        chained(**inputs, **outputs)
+        kernel(**inputs, **outputs)
         _sync(device)
     except Exception as exc:
-        return f"M={m} seed={seed}: chained kernel raised {type(exc).__name__}: {exc}"
-    ok, reason, _ = sem.check(dims, dtype, outputs, sem.reference(dims, inputs))
-    return None if ok else f"M={m} seed={seed}: chained: {reason}"
+        return f"M={m} seed={seed}: {what}kernel raised {type(exc).__name__}: {exc}", inputs, outputs, None
+    ok, reason, rel = sem.check(dims, dtype, outputs, sem.reference(dims, inputs))
+    return (None if ok else f"M={m} seed={seed}: {what}{reason}"), inputs, outputs, rel
 
 
 def run(rounds: int = 20, on_report: Callable[[EntryReport], None] | None = None,
