@@ -359,3 +359,16 @@ def test_displayed_ci_stays_on_its_side_of_one() -> None:
     assert ci_for_display(1.23456, 1.34567) == (1.235, 1.346)
     assert ci_for_display(1.0, 1.0) == (1.0, 1.0)
     assert ci_for_display(None, 1.2) is None
+
+
+def test_a_chained_mismatch_tells_the_agent_what_to_wait_for() -> None:
+    """The check stage's chained trial (workers/chain.py) fails a chained build that reads x before its wait: the
+    agent is told that only weights may be loaded before griddepcontrol.wait (reason as session ZZ recorded it)."""
+    reason = ("chained build (pdl=1), seed 2599263248: out: 1536 of 1536 elements NaN/Inf (unwritten outputs stay NaN); "
+              "a chained kernel must read its activations (x) only after griddepcontrol.wait")
+    runs = [{"id": f"r{m}", "shape_name": "q_b_proj", "m": m, "config": {"BLOCK_N": 8, "BLOCK_K": 256},
+             "verdict": "check_failed", "reason_code": "chained_mismatch", "reason": reason, "hardware": "h100"}
+            for m in (1, 4)]
+    s = summarize(runs)
+    assert [g.reason_code for g in s.failures] == ["chained_mismatch"]
+    assert any("build(..., pdl=1)" in h and "griddepcontrol.wait" in h and "M in {1, 4}" in h for h in s.hints), s.hints
