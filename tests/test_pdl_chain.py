@@ -167,3 +167,18 @@ def test_the_block_builds_each_link_it_can_chain_and_says_which(tmp_path: Path) 
     assert used["chained"] == {"pdl": 1, "add_rmsnorm": True, "fused_qkv_a": False, "rmsnorm_gemm": True}
     *_, plain = attn_block.build_kernels(1, (256, 128, 64, 16, 96), SMALL)
     assert "chained" not in plain
+
+
+def test_a_chained_split_k_gemm_waits_before_it_reads_anything() -> None:
+    """The Triton split-K GEMM (the H200's fused_qkv_a M = 16 winner) chains without an early weight fetch."""
+    mod = _triton("dense_gemm_splitk")
+    config = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 4, "num_warps": 4, "num_stages": 3,
+              "REDUCE": "last_cta"}
+    shp = {"M": 16, "N": 2112, "K": 7168}
+    assert "griddepcontrol" not in mod.compile_ptx(config, shp, "sm_90a")
+    body = [ln.strip() for ln in mod.compile_ptx(config, shp, "sm_90a", pdl=1).splitlines()]
+    trigger, wait = first(body, "griddepcontrol.launch_dependents"), first(body, "griddepcontrol.wait")
+    assert trigger < wait
+    assert before(body, "ld.global", wait) == 0 and before(body, "cp.async", wait) == 0
+    with pytest.raises(ValueError, match="pdl=5"):
+        mod.build(config, shp, pdl=5)

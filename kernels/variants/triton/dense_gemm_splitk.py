@@ -71,7 +71,12 @@ def splitk_gemm_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, cnt_ptr, M, N, K,
                        stride_xm, stride_wn, stride_om,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                        SPLIT_K: tl.constexpr, K_PER_SPLIT: tl.constexpr, EVEN_K: tl.constexpr,
-                       UPCAST: tl.constexpr, NUM_STAGES: tl.constexpr, LAST_CTA: tl.constexpr):
+                       UPCAST: tl.constexpr, NUM_STAGES: tl.constexpr, LAST_CTA: tl.constexpr, PDL: tl.constexpr):
+    if PDL:
+        # chained (build's pdl): the next kernel may launch now; nothing is read before the kernel ahead, which
+        # writes x, is done (its launch and this kernel's overlap; the weights are not fetched early here)
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -149,17 +154,17 @@ def check_constraints(config: dict, shape: dict) -> dict:
     return c
 
 
-def _meta(c: dict, shape: dict, upcast: bool) -> dict:
+def _meta(c: dict, shape: dict, upcast: bool, pdl: bool = False) -> dict:
     k, split, bk = int(shape["K"]), c["SPLIT_K"], c["BLOCK_K"]
     even_k = k % (bk * split) == 0
     # Each split covers a whole number of BLOCK_K steps; the last split is masked when K is ragged.
     k_per_split = k // split if even_k else triton.cdiv(triton.cdiv(k, split), bk) * bk
     return {"BLOCK_M": c["BLOCK_M"], "BLOCK_N": c["BLOCK_N"], "BLOCK_K": bk, "SPLIT_K": split,
             "K_PER_SPLIT": k_per_split, "EVEN_K": even_k, "UPCAST": upcast, "NUM_STAGES": c["num_stages"],
-            "LAST_CTA": c["REDUCE"] == "last_cta" and split > 1}
+            "LAST_CTA": c["REDUCE"] == "last_cta" and split > 1, "PDL": pdl}
 
 
-def compile_ptx(config: dict, shape: dict, arch: str) -> str:
+def compile_ptx(config: dict, shape: dict, arch: str, pdl: int = 0) -> str:
     """Ahead-of-time PTX for ``arch`` (e.g. "sm_90a") with no GPU, for the same specialisation the
     GPU build uses (contiguous, 16-byte aligned bf16 tensors; M, N, K and strides as runtime ints)."""
     from triton.backends.compiler import GPUTarget
@@ -170,7 +175,7 @@ def compile_ptx(config: dict, shape: dict, arch: str) -> str:
     ptr = "*bf16"
     sig = {"x_ptr": ptr, "w_ptr": ptr, "out_ptr": ptr, "ws_ptr": "*fp32", "cnt_ptr": "*i32",
            "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_wn": "i32", "stride_om": "i32"}
-    meta = _meta(c, shape, upcast=False)
+    meta = _meta(c, shape, upcast=False, pdl=bool(pdl))
     sig.update({name: "constexpr" for name in meta})
     # Pointers 16-byte aligned and K-strides divisible by 16 elements: what Triton specialises on
     # for real torch tensors of these shapes (attrs in the [["tt.divisibility", 16]] form).
@@ -185,11 +190,18 @@ def compile_ptx(config: dict, shape: dict, arch: str) -> str:
     return kernel.asm["ptx"]
 
 
-def build(config: dict, shape: dict):
+def build(config: dict, shape: dict, pdl: int = 0):
+    """pdl (a layer's chain of kernels, not a tuning parameter: a slot is timed from a clean start) 1 or 2: launched
+    as a programmatic dependent launch that lets the next kernel launch at once and waits for the kernel ahead
+    (griddepcontrol.wait) before it reads anything; this kernel has no early weight fetch, so 2 is 1. sm_90+ GPUs
+    only: elsewhere it is off."""
     c = check_constraints(config, shape)
     m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
-    meta = _meta(c, shape, upcast=interpret)
+    if pdl not in (0, 1, 2):
+        raise ValueError(f"pdl={pdl!r}: one of (0, 1, 2)")
+    chained = bool(pdl) and not interpret and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+    meta = _meta(c, shape, upcast=interpret, pdl=chained)
     split = c["SPLIT_K"]
     grid = (triton.cdiv(n, c["BLOCK_N"]), split, triton.cdiv(m, c["BLOCK_M"]))
     reduce_block = 1024
@@ -211,7 +223,8 @@ def build(config: dict, shape: dict):
         else:
             ws, cnt = out, out  # unused when SPLIT_K == 1 (the split-K epilogue is compiled out)
         splitk_gemm_kernel[grid](x, w, out, ws, cnt, m, n, k, x.stride(0), w.stride(0), out.stride(0), **meta,
-                                 num_warps=c["num_warps"], num_stages=c["num_stages"])
+                                 num_warps=c["num_warps"], num_stages=c["num_stages"],
+                                 **({"launch_pdl": True} if chained else {}))
         if split > 1 and not last_cta:
             splitk_reduce_kernel[reduce_grid](ws, out, m, n, out.stride(0), SPLIT_K=split, BLOCK=reduce_block,
                                               num_warps=4)
