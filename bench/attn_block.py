@@ -18,7 +18,8 @@ one run, kernel launches counted with torch.profiler (as bench/moe_block.py):
   first STAGES - 1 steps, the K-split GEMV's first chunk) while add_rmsnorm runs and waits for it only before it
   reads x, and rmsnorm_gemm is launched while the GEMV runs and waits for it; ``tuned_pdl_l2`` also has the
   GEMV's CTAs and rmsnorm_gemm's programs ask all of their W into L2 before the wait. A fused_qkv_a winner that
-  cannot be chained (a Triton GEMM, cuBLAS) runs plainly inside the chain, and the row says so.
+  cannot be chained (cuBLAS, or a file whose build takes no pdl) runs plainly inside the chain, and the row says
+  so.
 The tuned outputs are compared with the stock ones (rel-L2 per output).
 
     python bench/attn_block.py --winners bench/results/<date>-h200-decode-tuning-r.json [--batches 1,4,16]
