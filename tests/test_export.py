@@ -364,6 +364,13 @@ def test_plugin_registration(installed: Path, exported: dict[str, Any], tmp_path
         {"ReplicatedLinear", "ColumnParallelLinear"} if "dense_gemm" in tuned else set())
     assert set(res["oot"]) == want
     assert any("moe_experts" in line for line in res["report"]["not_hooked"]) == ("moe_experts" in tuned)
+    assert res["report"]["pdl"] == 0   # KT_LS_PDL unset: the hooks build their kernels plainly
+    chained = _run([str(installed), "-I", "-c", textwrap.dedent(probe), "standin"], cwd=tmp_path,
+                   env={**on_env, "KT_LS_PDL": "1"})
+    assert chained.returncode == 0 and json.loads(chained.stdout)["report"]["pdl"] == 1, chained.stderr[-3000:]
+    bad = _run([str(installed), "-I", "-c", textwrap.dedent(probe), "standin"], cwd=tmp_path,
+               env={**on_env, "KT_LS_PDL": "on"})
+    assert bad.returncode != 0 and "KT_LS_PDL='on'" in bad.stderr
     # Other hardware: the manifest says cpu, so pretending to be elsewhere is not possible here;
     # a mismatching manifest is what the refusal tests below cover on the export side.
 

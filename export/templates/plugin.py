@@ -159,6 +159,7 @@ def register() -> dict[str, Any]:
 
 def _register_ops(report: dict[str, Any]) -> None:
     slots = {e["slot"] for e in dsp.tuned_entries()}
+    report["pdl"] = dsp.pdl_level()  # a bad KT_LS_PDL stops registration here, not at a layer's first forward
     folder = _fused_moe_folder()
     if folder:
         current = os.environ.get("VLLM_TUNED_CONFIG_FOLDER")
