@@ -29,7 +29,7 @@ import torch
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
-from moe_block import summarise, write_result  # noqa: E402
+from moe_block import capture, time_pair, write_result  # noqa: E402
 
 EPS = 1e-6
 
@@ -65,20 +65,6 @@ def producer_for(k: int, m: int) -> Any:
     warps = next(w for w in (4, 8, 16) if block // (32 * w) <= 64)
     return load(REPO / "kernels/variants/triton/add_rmsnorm_fused.py").build(
         {"BLOCK_H": block, "num_warps": warps}, {"H": k, "eps": EPS, "M": m}, pdl=True)
-
-
-def graph_of(fn) -> torch.cuda.CUDAGraph:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):  # compiles, warms up
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g
 
 
 _BUILT: dict[tuple, Any] = {}
@@ -119,14 +105,14 @@ def check_case(case: dict[str, Any], level: int, sets: int, rounds: int, reps: i
             d["res"].normal_(generator=g)
 
     redraw()
-    graphs = {"plain": graph_of(path(plain, "plain")), "chained": graph_of(path(chained, "chained"))}
+    graphs = {"plain": capture(path(plain, "plain"), dev), "chained": capture(path(chained, "chained"), dev)}
     equal, worst_diff, worst_rel = True, 0.0, 0.0
     for _ in range(rounds):
         redraw()
-        graphs["plain"].replay()
+        graphs["plain"]()
         xs = [d["x"].clone() for d in data]
         redraw()  # the chained graph's producers write x afresh: stale x from the plain replay would show
-        graphs["chained"].replay()
+        graphs["chained"]()
         torch.cuda.synchronize()
         redo = [d["x"].float() @ d["w"].float().t() for d in data]
         for d, ref in zip(data, redo):
@@ -141,19 +127,11 @@ def check_case(case: dict[str, Any], level: int, sets: int, rounds: int, reps: i
         for x, d in zip(xs, data):  # the plain replay's own outputs against its x
             ref = x.float() @ d["w"].float().t()
             worst_rel = max(worst_rel, ((d["plain"].float() - ref).norm() / ref.norm()).item())
-    starts = {p: [torch.cuda.Event(enable_timing=True) for _ in range(reps)] for p in graphs}
-    ends = {p: [torch.cuda.Event(enable_timing=True) for _ in range(reps)] for p in graphs}
-    for i in range(reps):  # interleaved
-        for p, gr in graphs.items():
-            starts[p][i].record()
-            gr.replay()
-            ends[p][i].record()
-    torch.cuda.synchronize()
-    times = {p: summarise([a.elapsed_time(b) * 1e3 / sets for a, b in zip(starts[p], ends[p])]) for p in graphs}
+    times = time_pair(graphs, reps, dev)  # interleaved replays; a replay runs `sets` pairs
+    pair_us = {p: t["median_us"] / sets for p, t in times.items()}
     return {**case, "level": level, "sets": sets, "rounds": rounds, "bitwise_equal": equal,
             "max_abs_diff": worst_diff, "max_rel_l2_vs_matmul": worst_rel,
-            "pair_us": {p: t["median_us"] for p, t in times.items()},
-            "speedup_chained": times["plain"]["median_us"] / times["chained"]["median_us"]}
+            "pair_us": pair_us, "speedup_chained": pair_us["plain"] / pair_us["chained"]}
 
 
 def main() -> int:
