@@ -39,3 +39,19 @@ def test_the_producer_lets_the_dependent_launch_then_holds_then_copies() -> None
     trigger, hold = first("griddepcontrol.launch_dependents"), first("%globaltimer")
     assert trigger < hold < first("ld.global") < first("st.global")
     assert "nanosleep.u32" in body[hold] and "bra KT_HOLD" in body[hold]
+
+
+def test_the_producer_copies_up_to_four_activations_in_one_launch() -> None:
+    """Every activation of a slot is raced (the MoE slot has three: x, expert ids, weights), each copy after the
+    hold; a fifth would need another launch, which would end before the chained kernel starts."""
+    body = [ln.strip() for ln in chain.producer_ptx().splitlines()]
+    hold = next(i for i, ln in enumerate(body) if "%globaltimer" in ln)
+    stores = [i for i, ln in enumerate(body) if "st.global" in ln]
+    assert chain.PAIRS == 4 and stores and min(stores) > hold
+    import pytest
+
+    with pytest.raises(ValueError, match="1 to 4 activations"):
+        chain.produce([])
+    from kernels.catalogue import get_slot
+
+    assert len(chain.activation_names(get_slot("moe_experts"))) <= chain.PAIRS

@@ -4,11 +4,10 @@ exists for.
 
 A chained kernel may start while the kernel ahead of it still runs, and it must read nothing but its weights
 until griddepcontrol.wait. Here the kernel ahead is a producer that lets it launch at once, sleeps, and only then
-writes the chained kernel's activations (the slot's inputs that are not weights) into buffers that held poison
-(NaN) until then: a kernel that read an activation before its wait computes on poison, and the slot's check
-fails it. The producer writes the last activation only (a slot's earlier activations are written by plain kernels
-that finish before it starts); every slot in the catalogue that a chained variant exists for has one. Weights are
-in place before the producer (a model's weights are), as a chained kernel may fetch them at once.
+writes the chained kernel's activations (the slot's inputs that are not weights: up to PAIRS of them, in one
+launch) into buffers that held poison until then (NaN; 0 for integer ones such as expert ids, which must stay in
+range): a kernel that read an activation before its wait computes on poison, and the slot's check fails it.
+Weights are in place before the producer (a model's weights are), as a chained kernel may fetch them at once.
 sm_90+ GPUs only: elsewhere there is no programmatic dependent launch to check.
 """
 
@@ -42,13 +41,16 @@ def chainable(module: Any, device: torch.device) -> bool:
         return False
 
 
+PAIRS = 4  # activations one producer launch writes; a slot with more has its first ones written before it
+
+
 @functools.cache
 def _head_copy_kernel() -> Any:
     import triton
     import triton.language as tl
 
     @triton.jit
-    def head_copy(src, dst, n, SLEEP_NS: tl.constexpr, BLOCK: tl.constexpr):
+    def head_copy(s0, d0, n0, s1, d1, n1, s2, d2, n2, s3, d3, n3, SLEEP_NS: tl.constexpr, BLOCK: tl.constexpr):
         tl.extra.cuda.gdc_launch_dependents()
         # hold the writes back by SLEEP_NS of %globaltimer (nanosleep alone may return at once)
         tl.inline_asm_elementwise(
@@ -57,8 +59,10 @@ def _head_copy_kernel() -> Any:
             "setp.lt.u64 %kt_p, %kt_t1, $1; @%kt_p bra KT_HOLD; mov.u32 $0, 0; }",
             "=r,l", [tl.full([1], SLEEP_NS, tl.int64)], dtype=tl.int32, is_pure=False, pack=1)
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        ok = offs < n
-        tl.store(dst + offs, tl.load(src + offs, mask=ok), mask=ok)
+        tl.store(d0 + offs, tl.load(s0 + offs, mask=offs < n0), mask=offs < n0)
+        tl.store(d1 + offs, tl.load(s1 + offs, mask=offs < n1), mask=offs < n1)
+        tl.store(d2 + offs, tl.load(s2 + offs, mask=offs < n2), mask=offs < n2)
+        tl.store(d3 + offs, tl.load(s3 + offs, mask=offs < n3), mask=offs < n3)
     return head_copy
 
 
@@ -68,19 +72,25 @@ def producer_ptx(arch: str = "sm_90a") -> str:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    sig = {"src": "*u8", "dst": "*u8", "n": "i32", "SLEEP_NS": "constexpr", "BLOCK": "constexpr"}
+    sig = {f"{k}{i}": t for i in range(PAIRS) for k, t in (("s", "*u8"), ("d", "*u8"), ("n", "i32"))}
+    sig.update({"SLEEP_NS": "constexpr", "BLOCK": "constexpr"})
     src = ASTSource(_head_copy_kernel(), sig, {"SLEEP_NS": PRODUCER_SLEEP_NS, "BLOCK": 4096}, {})
     cc = int("".join(ch for ch in arch if ch.isdigit()))
     return triton.compile(src, target=GPUTarget("cuda", cc, 32)).asm["ptx"]
 
 
-def produce(src: torch.Tensor, dst: torch.Tensor) -> None:
-    """dst[:] = src[:] as a chain's head: griddepcontrol.launch_dependents first, then the hold, then the copy."""
+def produce(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """dst[:] = src[:] for each of up to PAIRS (src, dst) in one launch, as a chain's head:
+    griddepcontrol.launch_dependents first, then the hold, then the copies."""
     import triton
 
-    s, d = src.reshape(-1).view(torch.uint8), dst.reshape(-1).view(torch.uint8)
-    n = s.numel()
-    _head_copy_kernel()[(triton.cdiv(n, 4096),)](s, d, n, SLEEP_NS=PRODUCER_SLEEP_NS, BLOCK=4096)
+    if not 0 < len(pairs) <= PAIRS:
+        raise ValueError(f"1 to {PAIRS} activations per producer, not {len(pairs)}")
+    flat = [(s.reshape(-1).view(torch.uint8), d.reshape(-1).view(torch.uint8)) for s, d in pairs]
+    flat += [flat[0]] * (PAIRS - len(flat))     # unused slots: n = 0, nothing copied
+    sizes = [s.numel() for s, _ in flat[:len(pairs)]] + [0] * (PAIRS - len(pairs))
+    args = [a for (s, d), n in zip(flat, sizes) for a in (s, d, n)]
+    _head_copy_kernel()[(triton.cdiv(max(sizes), 4096),)](*args, SLEEP_NS=PRODUCER_SLEEP_NS, BLOCK=4096)
 
 
 def activation_names(slot: Any) -> list[str]:
@@ -99,16 +109,16 @@ def check_chained(slot: Any, shape: Any, m: int, device: torch.device, chained_f
     warm = slot.make_inputs(shape, m, seeds[0] ^ 0x5EED, device)
     call_kernel(chained_fn, warm, slot.alloc_outputs(shape, m, device), device, source_file)
     verify()
+    raced = acts[-PAIRS:]
     for seed in seeds:
         fresh = slot.make_inputs(shape, m, seed, device)
-        inputs = {k: (torch.full_like(v, float("nan")) if k == acts[-1] and v.is_floating_point() else v.clone())
-                  for k, v in fresh.items()}
-        if not inputs[acts[-1]].is_floating_point():
-            inputs[acts[-1]].fill_(-1)
+        inputs = {k: v.clone() for k, v in fresh.items()}
+        for k in raced:
+            inputs[k].fill_(float("nan") if inputs[k].is_floating_point() else 0)
         outputs = slot.alloc_outputs(shape, m, device)
         slot.poison(outputs)
         torch.cuda.synchronize(device)
-        produce(fresh[acts[-1]], inputs[acts[-1]])   # lets the chained kernel launch, writes its activation late
+        produce([(fresh[k], inputs[k]) for k in raced])   # lets the chained kernel launch, writes these late
         call_kernel(chained_fn, inputs, outputs, device, source_file)
         verify()
         ref = slot.reference(shape, fresh)
@@ -118,6 +128,6 @@ def check_chained(slot: Any, shape: Any, m: int, device: torch.device, chained_f
         if not outcome.passed:
             raise Failure(Verdict.check_failed, "chained_mismatch",
                           f"chained build (pdl=1), seed {seed}: {outcome.reason}; a chained kernel must read its "
-                          f"activations ({', '.join(acts)}) only after griddepcontrol.wait", trials=trials,
+                          f"activations ({', '.join(raced)}) only after griddepcontrol.wait", trials=trials,
                           mismatches=outcome.mismatches)
     return trials
