@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import inspect
 import json
 import os
 import pathlib
@@ -39,9 +38,11 @@ import sys
 import torch
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 from moe_block import capture, measure_per_call, time_pair, write_result  # noqa: E402
 from results_files import tuned_winners  # noqa: E402
+from workers.chain import device_chains, takes_pdl  # noqa: E402
 
 K2_TP8 = (7168, 1536, 512, 64, 1536)  # hidden, q_lora_rank, kv_lora_rank, rope dim, heads/TP x (128 + 64)
 EPS = 1e-6
@@ -115,11 +116,6 @@ def native_norm(x, w):  # RMSNorm.forward_native on an fp32 x
     return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS)).to(w.dtype) * w
 
 
-def chains(dev) -> bool:
-    """Programmatic dependent launch needs sm_90+ (and the GPU: the interpreter has no grid dependencies)."""
-    return dev.type == "cuda" and torch.cuda.get_device_capability(dev)[0] >= 9
-
-
 def build_kernels(m, dims, configs, pdl: int = 0):
     """(add, qkv_a, q_norm_gemm, used) for this M; pdl > 0 builds each kernel whose build takes pdl as a link of
     the chain (at that level; the chain's head, add_rmsnorm, on or off), the rest plainly, and `used` says which
@@ -128,7 +124,7 @@ def build_kernels(m, dims, configs, pdl: int = 0):
 
     def make(stem, cfg, shape, level):
         mod = load(stem)
-        chained = level > 0 and "pdl" in inspect.signature(mod.build).parameters
+        chained = level > 0 and takes_pdl(mod)
         return (mod.build(cfg, shape, pdl=level) if chained else mod.build(cfg, shape)), chained
 
     add_stem, add_cfg = pick(configs, "add_rmsnorm", m, "add_rmsnorm_fused")
@@ -149,7 +145,7 @@ def build_kernels(m, dims, configs, pdl: int = 0):
 def build_paths(m, dims, data, configs, dev):
     h, ql, kvl, rope, qn = dims
     kernels = {"tuned": build_kernels(m, dims, configs)}
-    if chains(dev):
+    if device_chains(dev):
         kernels["tuned_pdl"] = build_kernels(m, dims, configs, pdl=1)
         kernels["tuned_pdl_l2"] = build_kernels(m, dims, configs, pdl=2)
     used = {name: k[3] for name, k in kernels.items()}

@@ -17,7 +17,6 @@ Writes chain_check.json (date, commit, command, device, one row per case); exit 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import pathlib
@@ -29,16 +28,10 @@ import torch
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
+from attn_block import load  # noqa: E402
 from moe_block import capture, time_pair, write_result  # noqa: E402
 
 EPS = 1e-6
-
-
-def load(path: pathlib.Path) -> Any:
-    spec = importlib.util.spec_from_file_location(f"_chain_{path.stem}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def cases(plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -63,7 +56,7 @@ def producer_for(k: int, m: int) -> Any:
     """add_rmsnorm_fused as the chain's head over rows of k: one pass, the fewest warps the constraint allows."""
     block = 1 << (k - 1).bit_length()
     warps = next(w for w in (4, 8, 16) if block // (32 * w) <= 64)
-    return load(REPO / "kernels/variants/triton/add_rmsnorm_fused.py").build(
+    return load("add_rmsnorm_fused").build(
         {"BLOCK_H": block, "num_warps": warps}, {"H": k, "eps": EPS, "M": m}, pdl=True)
 
 
@@ -74,7 +67,7 @@ def built(case: dict[str, Any], level: int) -> Any:
     """The case's kernel at this chain level (0: plain), compiled once per run."""
     key = (case["file"], json.dumps(case["config"], sort_keys=True), case["M"], case["N"], case["K"], level)
     if key not in _BUILT:
-        mod = load(REPO / case["file"])
+        mod = load(pathlib.Path(case["file"]).stem)
         shape = {"M": case["M"], "N": case["N"], "K": case["K"]}
         _BUILT[key] = mod.build(case["config"], shape, pdl=level) if level else mod.build(case["config"], shape)
     return _BUILT[key]

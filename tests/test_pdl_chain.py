@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from cute_ptx_helpers import FUSED_QKV_A, ROOT, load_variant, shape
 from test_dense_gemm_ring_gemv import ring_events, replay
+
+sys.path.insert(0, str(ROOT / "bench"))
+import attn_block  # noqa: E402
+from attn_block import load  # noqa: E402  (a variant file by its stem, as the block loads it)
+from workers.chain import device_chains  # noqa: E402
 
 RING = ROOT / "kernels/variants/cute/dense_gemm_ring_gemv.py"
 KSPLIT = ROOT / "kernels/variants/cute/dense_gemm_ksplit_gemv.py"
@@ -116,18 +123,9 @@ def test_a_chained_ksplit_gemv_loads_its_first_w_chunk_before_the_wait(ksplit, c
     assert ".local" not in "\n".join(body)
 
 
-def _triton(stem: str):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"_pdl_{stem}", ROOT / "kernels/variants/triton" / f"{stem}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.parametrize("pdl", [1, 2])
 def test_a_chained_rmsnorm_gemm_reads_nothing_before_the_wait(pdl: int) -> None:
-    mod = _triton("rmsnorm_gemm_fused")
+    mod = load("rmsnorm_gemm_fused")
     config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 6, "num_warps": 2, "num_stages": 2}
     body = [ln.strip() for ln in mod.compile_ptx(config, Q_B, pdl=pdl).splitlines()]
     plain = mod.compile_ptx(config, Q_B)
@@ -144,7 +142,7 @@ def test_a_chained_rmsnorm_gemm_reads_nothing_before_the_wait(pdl: int) -> None:
 
 
 def test_the_head_of_the_chain_lets_the_next_kernel_launch_first() -> None:
-    mod = _triton("add_rmsnorm_fused")
+    mod = load("add_rmsnorm_fused")
     body = [ln.strip() for ln in mod.compile_ptx({}, {"H": 7168}, pdl=True).splitlines()]
     assert first(body, "griddepcontrol.launch_dependents") < first(body, "ld.global")
     assert "griddepcontrol.wait" not in "\n".join(body)   # launched plainly: nothing before it to wait for
@@ -154,15 +152,9 @@ def test_the_head_of_the_chain_lets_the_next_kernel_launch_first() -> None:
 def test_the_block_builds_each_link_it_can_chain_and_says_which(tmp_path: Path) -> None:
     """On the CPU (no chains: the interpreter has no grid dependencies) the block times only the plain path; the
     builder itself chains every kernel whose build takes pdl and names the one it ran plainly."""
-    import sys
-
-    import torch
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    import attn_block
     from test_attn_block import SMALL
 
-    assert not attn_block.chains(torch.device("cpu"))
+    assert not device_chains(torch.device("cpu"))
     *_, used = attn_block.build_kernels(1, (256, 128, 64, 16, 96), json.loads(json.dumps(SMALL)), pdl=1)
     assert used["chained"] == {"pdl": 1, "add_rmsnorm": True, "fused_qkv_a": False, "rmsnorm_gemm": True}
     *_, plain = attn_block.build_kernels(1, (256, 128, 64, 16, 96), SMALL)
@@ -171,7 +163,7 @@ def test_the_block_builds_each_link_it_can_chain_and_says_which(tmp_path: Path) 
 
 def test_a_chained_split_k_gemm_waits_before_it_reads_anything() -> None:
     """The Triton split-K GEMM (the H200's fused_qkv_a M = 16 winner) chains without an early weight fetch."""
-    mod = _triton("dense_gemm_splitk")
+    mod = load("dense_gemm_splitk")
     config = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 4, "num_warps": 4, "num_stages": 3,
               "REDUCE": "last_cta"}
     shp = {"M": 16, "N": 2112, "K": 7168}

@@ -30,15 +30,23 @@ Tensors = dict[str, torch.Tensor]
 PRODUCER_SLEEP_NS = 2_000_000
 
 
-def chainable(module: Any, device: torch.device) -> bool:
-    """True when this variant's build takes pdl and this device can launch programmatic dependents."""
+def device_chains(device: torch.device) -> bool:
+    """Programmatic dependent launch needs an sm_90+ GPU (the CPU and Triton's interpreter have no grids to chain)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def takes_pdl(module: Any) -> bool:
+    """Whether the variant's build can make its chained form: build(config, shape, pdl=...)."""
     build = getattr(module, "build", None)
-    if device.type != "cuda" or build is None or torch.cuda.get_device_capability(device)[0] < 9:
-        return False
     try:
-        return "pdl" in inspect.signature(build).parameters
+        return build is not None and "pdl" in inspect.signature(build).parameters
     except (TypeError, ValueError):
         return False
+
+
+def chainable(module: Any, device: torch.device) -> bool:
+    """True when this variant's build takes pdl and this device can launch programmatic dependents."""
+    return device_chains(device) and takes_pdl(module)
 
 
 PAIRS = 4  # activations one producer launch writes; a slot with more has its first ones written before it

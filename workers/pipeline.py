@@ -210,11 +210,10 @@ def _check(spec: RunSpec, result: RunResult, slot: Slot, shape: Shape, device: t
                        profile_library=not (library_is_language or declared))
     result.check = CheckStage(passed=False)  # filled by a failing step, replaced when all pass
     check, used_library = run_check(ctx, seeds)
+    result.check = check  # a failing chained trial below adds its trials to these
     if chain.chainable(module, device):  # the form dispatch(..., pdl=1) ships: checked in its race
-        result.check = check
         check.trials.extend(_check_chained(spec, slot, shape, device, verify, module, filename))
     check.seconds = time.perf_counter() - t0
-    result.check = check
     result.uses_library = library_is_language or declared or used_library
     if used_library and not declared:
         check.passed = False
