@@ -142,13 +142,18 @@ def _module(choice: Choice) -> Any:
     return importlib.import_module(f"{__package__}.kernels.{choice.module}")
 
 
+def can_chain(module: Any) -> bool:
+    """Whether this kernel module can be built as a link of a chain here: its build takes pdl, on an sm_90+ GPU."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        return False
+    return "pdl" in inspect.signature(module.build).parameters
+
+
 def chainable(choice: Choice) -> bool:
     """Whether dispatch(..., pdl=1 or 2) gives this choice as a link of a chain of programmatic dependent launches:
-    a tuned kernel whose build takes pdl, on an sm_90+ GPU. Everything else is built plainly, which is always
-    correct in a chain (a plain launch waits for all that came before it)."""
-    if choice.kind != "tuned" or not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
-        return False
-    return "pdl" in inspect.signature(_module(choice).build).parameters
+    a tuned kernel that can_chain(). Everything else is built plainly, which is always correct in a chain (a plain
+    launch waits for all that came before it)."""
+    return choice.kind == "tuned" and can_chain(_module(choice))
 
 
 @functools.cache

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import argparse
-import inspect
 import json
 import secrets
 import statistics
@@ -118,8 +117,7 @@ def check_entry(entry: dict[str, Any], device: torch.device, rounds: int) -> Ent
     dims, dtype = shape["dims"], reference.DTYPES[shape["dtype"]]
     module = __import__(f"{__package__}.kernels.{entry['module']}", fromlist=["build"])
     # the chained build (dispatch's pdl=1) is checked as well where this machine can chain it
-    chain = (device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
-             and "pdl" in inspect.signature(module.build).parameters)
+    chain = device.type == "cuda" and dsp.can_chain(module)
     worst = 0.0
     for m in entry["ms"]:
         try:
