@@ -255,7 +255,7 @@ def _baselines() -> dict[str, Any] | None:
 def _gemm_dims(slot: str, dims: Mapping[str, Any]) -> list[tuple[int, int]]:
     """The (N, K) GEMMs a slot's shape contains, to look up in the baseline table."""
     g = dims.get
-    if slot in ("dense_gemm", "oproj_residual_norm", "rmsnorm_gemm") and g("N") and g("K"):
+    if slot in ("dense_gemm", "oproj_residual_norm", "rmsnorm_gemm", "mla_norms_gemm") and g("N") and g("K"):
         return [(g("N"), g("K"))]
     if slot == "router" and g("E") and g("K"):
         return [(g("E"), g("K"))]

@@ -11,15 +11,18 @@ one run, kernel launches counted with torch.profiler (as bench/moe_block.py):
 - ``stock_fused_norm``: the same with torch's one-op norms (F.rms_norm; the add then the norm), nearest to
   vLLM's CUDA fused_add_rms_norm / rms_norm + cuBLAS;
 - ``tuned``: the slot kernels a tuning results file's winners name: add_rmsnorm_fused, the dense_gemm
-  winner for fused_qkv_a at this M (a Triton or CuTe DSL kernel; cuBLAS where stock kept the bucket),
-  rmsnorm_gemm_fused (q_a_layernorm folded into q_b_proj), and F.rms_norm for the kv latent;
-- ``tuned_pdl`` (sm_90+): the same kernels and configs chained by programmatic dependent launch, the seed
-  system's weight prefetch: add_rmsnorm lets the GEMV launch at once, the GEMV fetches its first W (the ring's
-  first STAGES - 1 steps, the K-split GEMV's first chunk) while add_rmsnorm runs and waits for it only before it
-  reads x, and rmsnorm_gemm is launched while the GEMV runs and waits for it; ``tuned_pdl_l2`` also has the
-  GEMV's CTAs and rmsnorm_gemm's programs ask all of their W into L2 before the wait. A fused_qkv_a winner that
-  cannot be chained (cuBLAS, or a file whose build takes no pdl) runs plainly inside the chain, and the row says
-  so.
+  winner for fused_qkv_a at this M (a Triton or CuTe DSL kernel; cuBLAS where stock kept the bucket), and
+  rmsnorm_gemm_fused as the mla_norms_gemm slot: q_a_layernorm folded into q_b_proj and the kv latent's norm in
+  the same launch (the mla_norms_gemm winner's config, else the rmsnorm_gemm winner's: the same kernel);
+- ``tuned_kv_apart``: the same, but rmsnorm_gemm_fused without the kv latent, which F.rms_norm normalises
+  apart (the tuned path before the mla_norms_gemm slot), so the fusion's gain is read in the same run;
+- ``tuned_pdl`` and ``tuned_kv_apart_pdl`` (sm_90+): those kernels and configs chained by programmatic
+  dependent launch, the seed system's weight prefetch: add_rmsnorm lets the GEMV launch at once, the GEMV
+  fetches its first W (the ring's first STAGES - 1 steps, the K-split GEMV's first chunk) while add_rmsnorm runs
+  and waits for it only before it reads x, and rmsnorm_gemm is launched while the GEMV runs and waits for it.
+  A fused_qkv_a winner that cannot be chained (cuBLAS, or a file whose build takes no pdl) runs plainly inside
+  the chain, and the row says so. (The L2-prefetch level, pdl=2, never helped here: bench/chain_check.py keeps
+  it.)
 The tuned outputs are compared with the stock ones (rel-L2 per output).
 
     python bench/attn_block.py --winners bench/results/<date>-h200-decode-tuning-r.json [--batches 1,4,16]
@@ -47,7 +50,9 @@ from workers.chain import device_chains, takes_pdl  # noqa: E402
 K2_TP8 = (7168, 1536, 512, 64, 1536)  # hidden, q_lora_rank, kv_lora_rank, rope dim, heads/TP x (128 + 64)
 EPS = 1e-6
 VARIANTS = REPO / "kernels" / "variants"
-BLOCK_FILES = {"add_rmsnorm": "add_rmsnorm_fused", "rmsnorm_gemm": "rmsnorm_gemm_fused"}
+BLOCK_FILES = {"add_rmsnorm": "add_rmsnorm_fused", "rmsnorm_gemm": "rmsnorm_gemm_fused",
+               "mla_norms_gemm": "rmsnorm_gemm_fused"}
+PATHS = ("stock", "fn", "tuned", "tuned_pdl", "tuned_kv_apart", "tuned_kv_apart_pdl")
 # the fused_qkv_a winners this block can run: Triton's, and CuTe DSL's (x, w, out) GEMVs
 GEMM_FILES = ("dense_gemm_gemv", "dense_gemm_splitk", "dense_gemm_swapab", "dense_gemm_warp_gemv",
               "dense_gemm_ksplit_gemv", "dense_gemm_mma_gemv", "dense_gemm_ring_gemv")
@@ -62,11 +67,12 @@ def load(stem: str):
 
 
 def configs_from_tuning(path: str) -> dict[str, dict[str, list]]:
-    """{"add_rmsnorm" | "rmsnorm_gemm" | "fused_qkv_a": {M: [file stem, config]}} from a results file's winners.
+    """{"add_rmsnorm" | "rmsnorm_gemm" | "mla_norms_gemm" | "fused_qkv_a": {M: [file stem, config]}} from a
+    results file's winners.
     A winner from a file this block cannot run is an error: timing another bucket's kernel in its place would
     report a block the table does not hold."""
     keys = {"add_rmsnorm/add_rmsnorm_hidden": "add_rmsnorm", "rmsnorm_gemm/q_a_norm_q_b_proj": "rmsnorm_gemm",
-            "dense_gemm/fused_qkv_a": "fused_qkv_a"}
+            "mla_norms_gemm/q_b_proj_kv_norm": "mla_norms_gemm", "dense_gemm/fused_qkv_a": "fused_qkv_a"}
     out: dict[str, dict[str, list]] = {}
     for key, by_m in tuned_winners(path, keys.__contains__).items():
         name = keys[key]
@@ -102,7 +108,7 @@ def make_sets(m, dims, sets, dev):
     for _ in range(sets):
         d = {"x": bf((m, h)), "residual": bf((m, h)), "w_in": nw(h), "w_qkv_a": bf((ql + kvl + rope, h), h ** -0.5),
              "w_qa": nw(ql), "w_qb": bf((qn, ql), ql ** -0.5), "w_kva": nw(kvl)}
-        for p in ("stock", "fn", "tuned", "tuned_pdl", "tuned_pdl_l2"):  # each path writes its own outputs
+        for p in PATHS:  # each path writes its own outputs
             d[p] = {"normed": torch.empty((m, h), device=dev, dtype=torch.bfloat16),
                     "residual_out": torch.empty((m, h), device=dev, dtype=torch.bfloat16),
                     "qkv": torch.empty((m, ql + kvl + rope), device=dev, dtype=torch.bfloat16),
@@ -116,10 +122,10 @@ def native_norm(x, w):  # RMSNorm.forward_native on an fp32 x
     return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS)).to(w.dtype) * w
 
 
-def build_kernels(m, dims, configs, pdl: int = 0):
+def build_kernels(m, dims, configs, pdl: int = 0, kv_fused: bool = True):
     """(add, qkv_a, q_norm_gemm, used) for this M; pdl > 0 builds each kernel whose build takes pdl as a link of
     the chain (at that level; the chain's head, add_rmsnorm, on or off), the rest plainly, and `used` says which
-    were."""
+    were. kv_fused: q_norm_gemm is the mla_norms_gemm form (it normalises the kv latent too)."""
     h, ql, kvl, rope, qn = dims
 
     def make(stem, cfg, shape, level):
@@ -132,22 +138,24 @@ def build_kernels(m, dims, configs, pdl: int = 0):
     gemm_stem, gemm_cfg = pick(configs, "fused_qkv_a", m, None)
     qkv_a, gemm_chained = make(gemm_stem, gemm_cfg, {"M": m, "N": ql + kvl + rope, "K": h}, pdl) if gemm_stem \
         else (None, False)
-    qn_stem, qn_cfg = pick(configs, "rmsnorm_gemm", m, "rmsnorm_gemm_fused")
-    q_norm_gemm, qn_chained = make(qn_stem, qn_cfg, {"M": m, "N": qn, "K": ql, "eps": EPS}, pdl)
+    qn_name = "mla_norms_gemm" if kv_fused and configs.get("mla_norms_gemm") else "rmsnorm_gemm"
+    qn_stem, qn_cfg = pick(configs, qn_name, m, "rmsnorm_gemm_fused")
+    qn_shape = {"M": m, "N": qn, "K": ql, "eps": EPS, **({"KV": kvl} if kv_fused else {})}
+    q_norm_gemm, qn_chained = make(qn_stem, qn_cfg, qn_shape, pdl)
+    slot = "mla_norms_gemm" if kv_fused else "rmsnorm_gemm"
     used = {"add_rmsnorm": [add_stem, add_cfg], "fused_qkv_a": [gemm_stem or "cuBLAS (stock kept)", gemm_cfg],
-            "rmsnorm_gemm": [qn_stem, qn_cfg]}
+            slot: [qn_stem, qn_cfg] + ([] if qn_name == slot else [f"config of the {qn_name} winner"])}
     if pdl:
-        used["chained"] = {"pdl": pdl, "add_rmsnorm": add_chained, "fused_qkv_a": gemm_chained,
-                           "rmsnorm_gemm": qn_chained}
+        used["chained"] = {"pdl": pdl, "add_rmsnorm": add_chained, "fused_qkv_a": gemm_chained, slot: qn_chained}
     return add, qkv_a, q_norm_gemm, used
 
 
 def build_paths(m, dims, data, configs, dev):
     h, ql, kvl, rope, qn = dims
-    kernels = {"tuned": build_kernels(m, dims, configs)}
+    kernels = {"tuned": build_kernels(m, dims, configs), "tuned_kv_apart": build_kernels(m, dims, configs, kv_fused=False)}
     if device_chains(dev):
         kernels["tuned_pdl"] = build_kernels(m, dims, configs, pdl=1)
-        kernels["tuned_pdl_l2"] = build_kernels(m, dims, configs, pdl=2)
+        kernels["tuned_kv_apart_pdl"] = build_kernels(m, dims, configs, pdl=1, kv_fused=False)
     used = {name: k[3] for name, k in kernels.items()}
 
     def stock():
@@ -171,6 +179,7 @@ def build_paths(m, dims, data, configs, dev):
 
     def tuned_path(name):
         add, qkv_a, q_norm_gemm, _ = kernels[name]
+        kv_fused = "kv_apart" not in name
 
         def tuned():
             for d in data:
@@ -180,8 +189,12 @@ def build_paths(m, dims, data, configs, dev):
                     torch.matmul(o["normed"], d["w_qkv_a"].t(), out=o["qkv"])
                 else:
                     qkv_a(o["normed"], d["w_qkv_a"], o["qkv"])
-                q_norm_gemm(o["qkv"][:, :ql], d["w_qa"], d["w_qb"], o["q"])  # a strided view: rows of qkv
-                o["kv"].copy_(torch.nn.functional.rms_norm(o["qkv"][:, ql:ql + kvl], (kvl,), d["w_kva"], EPS))
+                if kv_fused:  # strided views: columns of qkv
+                    q_norm_gemm(o["qkv"][:, :ql], d["w_qa"], d["w_qb"], o["qkv"][:, ql:ql + kvl], d["w_kva"], o["q"],
+                                o["kv"])
+                else:
+                    q_norm_gemm(o["qkv"][:, :ql], d["w_qa"], d["w_qb"], o["q"])
+                    o["kv"].copy_(torch.nn.functional.rms_norm(o["qkv"][:, ql:ql + kvl], (kvl,), d["w_kva"], EPS))
         return tuned
 
     return {"stock": stock, "stock_fused_norm": stock_fused_norm, **{n: tuned_path(n) for n in kernels}}, used
@@ -222,9 +235,14 @@ def main() -> None:
                                       for o in ("residual_out", "q", "kv")} for p in outs}
         for base in ("stock", "stock_fused_norm"):
             row[f"speedup_tuned_vs_{base}"] = row[base]["median_us"] / row["tuned"]["median_us"]
-        for chained in (p for p in runs if p.startswith("tuned_pdl")):  # side by side with the unchained path
-            row[f"speedup_{chained}_vs_tuned"] = row["tuned"]["median_us"] / row[chained]["median_us"]
+        for chained in (p for p in runs if p.endswith("_pdl")):  # side by side with the unchained path
+            plain = chained.removesuffix("_pdl")
+            row[f"speedup_{chained}_vs_{plain}"] = row[plain]["median_us"] / row[chained]["median_us"]
             row[f"speedup_{chained}_vs_stock"] = row["stock"]["median_us"] / row[chained]["median_us"]
+        for fused in ("tuned", "tuned_pdl"):  # what normalising the kv latent inside q_b_proj's launch buys
+            if fused in runs:
+                apart = fused.replace("tuned", "tuned_kv_apart")
+                row[f"speedup_{fused}_vs_{apart}"] = row[apart]["median_us"] / row[fused]["median_us"]
         rows.append(row)
         print(f"M={m:3d}  " + "  ".join(f"{p} {row[p]['median_us']:7.2f} us ({row[p]['kernels_per_call']} k)"
                                        for p in runs)

@@ -54,7 +54,7 @@ def git_commit() -> str:
 def slot_of(path: Path) -> str:
     name = path.stem
     for slot in ("dense_gemm", "router", "moe_experts", "shared_expert", "oproj_residual_norm", "add_rmsnorm",
-                 "rmsnorm_gemm"):
+                 "rmsnorm_gemm", "mla_norms_gemm"):
         if name.startswith(slot):
             return slot
     raise SystemExit(f"cannot tell the slot of {path}: name it <slot>_<what>.py")
@@ -89,6 +89,8 @@ def main() -> None:
     ap.add_argument("--tp", type=int, default=8)
     ap.add_argument("--batches", default="1,2,4,8,16,32,64")
     ap.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
+    ap.add_argument("--slot", default="", help="the variants' slot, where it is not their file name's prefix "
+                    "(rmsnorm_gemm_fused.py also serves mla_norms_gemm)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--hardware", default="h200", help="hardware class for the file name")
     ap.add_argument("--timeout", type=float, default=180.0)
@@ -112,7 +114,7 @@ def main() -> None:
     jobs: list[tuple[Path, str, RunSpec]] = []
     for vpath in [Path(p) for p in args.variants.split(",")]:
         source = vpath.read_text()
-        slot = get_slot(slot_of(vpath))
+        slot = get_slot(args.slot or slot_of(vpath))
         language = LANG_BY_DIR[vpath.parent.name]
         uses_library = bool(declared_literals(source).get("USES_LIBRARY", False))
         for shape in slot.shapes(dep):

@@ -14,6 +14,7 @@ class UnknownSlot(KeyError):
 def _build() -> dict[str, Slot]:
     from kernels.slots.add_rmsnorm import AddRmsNorm
     from kernels.slots.dense_gemm import DenseGemm
+    from kernels.slots.mla_norms_gemm import MlaNormsGemm
     from kernels.slots.moe_experts import MoeExperts
     from kernels.slots.oproj_residual_norm import OprojResidualNorm
     from kernels.slots.rmsnorm_gemm import RmsNormGemm
@@ -21,7 +22,7 @@ def _build() -> dict[str, Slot]:
     from kernels.slots.shared_expert import SharedExpert
 
     slots: list[Slot] = [DenseGemm(), Router(), MoeExperts(), SharedExpert(), OprojResidualNorm(), AddRmsNorm(),
-                         RmsNormGemm()]
+                         RmsNormGemm(), MlaNormsGemm()]
     return {s.name: s for s in slots}
 
 

@@ -36,8 +36,14 @@ def test_every_path_runs_and_matches_stock(tmp_path: Path) -> None:
     # M=1 runs the GEMV, M=3 the split-K kernel: the largest winning M <= 3 is 3
     assert [r["tuned_kernels"]["fused_qkv_a"][0] for r in doc["rows"]] == ["dense_gemm_gemv", "dense_gemm_splitk"]
     for r in doc["rows"]:
-        for path in ("stock", "stock_fused_norm", "tuned"):
+        for path in ("stock", "stock_fused_norm", "tuned", "tuned_kv_apart"):
             assert r[path]["median_us"] > 0
+        # no mla_norms_gemm winner in SMALL: the kv latent's norm rides in the rmsnorm_gemm winner's kernel, and the
+        # path that normalises it apart runs beside it
+        assert r["tuned_kernels"]["mla_norms_gemm"] == ["rmsnorm_gemm_fused", SMALL["rmsnorm_gemm"]["1"][1],
+                                                       "config of the rmsnorm_gemm winner"]
+        assert r["tuned_kv_apart_kernels"]["rmsnorm_gemm"] == SMALL["rmsnorm_gemm"]["1"]
+        assert r["speedup_tuned_vs_tuned_kv_apart"] > 0
         for path, errs in r["rel_l2_vs_stock"].items():
             assert max(errs.values()) < 2e-2, (path, errs)
 

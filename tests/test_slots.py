@@ -21,8 +21,10 @@ from kernels.slots.router import SCORE_DELTA_SIGMOID, grouped_topk
 
 CPU = torch.device("cpu")
 TINY = Deployment(spec="tiny-moe", tp=2)
-SLOTS = ("router", "moe_experts", "shared_expert", "oproj_residual_norm", "add_rmsnorm", "rmsnorm_gemm")
-DENSE_SLOTS = ("moe_experts", "shared_expert", "oproj_residual_norm", "add_rmsnorm", "rmsnorm_gemm")
+SLOTS = ("router", "moe_experts", "shared_expert", "oproj_residual_norm", "add_rmsnorm", "rmsnorm_gemm",
+         "mla_norms_gemm")
+DENSE_SLOTS = ("moe_experts", "shared_expert", "oproj_residual_norm", "add_rmsnorm", "rmsnorm_gemm",
+               "mla_norms_gemm")
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
 VARIANT_DIR = Path(kernels.__file__).parent / "variants" / "torch"
 

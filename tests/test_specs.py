@@ -42,6 +42,8 @@ def test_k2_like_tp8_shapes_match_design_table():
     assert dims("add_rmsnorm", d) == [("add_rmsnorm_hidden", {"H": 7168, "eps": 1e-6})]
     # q_a_layernorm + q_b_proj: the dense slot's q_b_proj with the norm over its K folded in
     assert dims("rmsnorm_gemm", d) == [("q_a_norm_q_b_proj", {"N": 1536, "K": 1536, "eps": 1e-6})]
+    # ... and the kv latent's norm (kv_lora_rank = 512) in the same step
+    assert dims("mla_norms_gemm", d) == [("q_b_proj_kv_norm", {"N": 1536, "K": 1536, "KV": 512, "eps": 1e-6})]
 
 
 def test_tp16_halves_the_sharded_dims():
@@ -57,15 +59,17 @@ def test_deepseek_v3_router_is_grouped():
     assert (r["E"], r["n_group"], r["topk_group"], r["scaling"]) == (256, 8, 4, 2.5)
 
 
-@pytest.mark.parametrize("slot", ["moe_experts", "shared_expert", "oproj_residual_norm", "dense_gemm", "rmsnorm_gemm"])
+@pytest.mark.parametrize("slot", ["moe_experts", "shared_expert", "oproj_residual_norm", "dense_gemm", "rmsnorm_gemm",
+                                  "mla_norms_gemm"])
 def test_tp_that_does_not_divide_raises(slot):
     with pytest.raises(SpecError, match="TP=3"):
         get_slot(slot).shapes(Deployment(spec="kimi-k2-like", tp=3))
 
 
-def test_rmsnorm_gemm_needs_a_q_lora_rank():
+@pytest.mark.parametrize("slot", ["rmsnorm_gemm", "mla_norms_gemm"])
+def test_q_norm_slots_need_a_q_lora_rank(slot):
     with pytest.raises(SpecError, match="no q_lora_rank"):
-        get_slot("rmsnorm_gemm").shapes(Deployment(spec={**DEEPSEEK_V3_CONFIG, "q_lora_rank": None}, tp=8))
+        get_slot(slot).shapes(Deployment(spec={**DEEPSEEK_V3_CONFIG, "q_lora_rank": None}, tp=8))
 
 
 def test_router_rejects_top_k_that_does_not_fit_the_kept_groups():

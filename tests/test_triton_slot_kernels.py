@@ -188,6 +188,27 @@ def check_rmsnorm_gemm(config):
             assert rel_l2(outputs["out"], ref) < 1e-2, (config, M, rel_l2(outputs["out"], ref))
 
 
+def check_mla_norms_gemm(config, ms=(1, 3, 16)):
+    """The kv latent's norm in rmsnorm_gemm's launch (mla_norms_gemm): x and kv are column views of one fused_qkv_a
+    output row (strided, as the attention block passes them); KV = 48 is not a power of two (masked columns)."""
+    mod = load("rmsnorm_gemm_fused")
+    N, K, KV, eps = 80, 320, 48, 1e-6
+    for M in ms:
+        fn = mod.build(config, dict(N=N, K=K, KV=KV, eps=eps, M=M))
+        for trial in range(2):  # a second call: the arrival counters must have been reset
+            g = torch.Generator().manual_seed(10 * M + trial)
+            qkv = bf((M, K + KV + 16), g)
+            inputs = dict(x=qkv[:, :K], norm_weight=(0.5 + torch.rand(K, generator=g)).bfloat16(),
+                          w=bf((N, K), g, K ** -0.5), kv=qkv[:, K:K + KV],
+                          kv_norm_weight=(0.5 + torch.rand(KV, generator=g)).bfloat16())
+            outputs = dict(out=torch.empty((M, N), dtype=torch.bfloat16), kv_out=torch.empty((M, KV), dtype=torch.bfloat16))
+            call_checked(fn, inputs, outputs)
+            ref = rms_ref(inputs["x"], inputs["norm_weight"], eps) @ inputs["w"].double().t()
+            assert rel_l2(outputs["out"], ref) < 1e-2, (config, M, rel_l2(outputs["out"], ref))
+            kv_ref = rms_ref(inputs["kv"], inputs["kv_norm_weight"], eps)
+            assert rel_l2(outputs["kv_out"], kv_ref) < 1e-2, (config, M, rel_l2(outputs["kv_out"], kv_ref))
+
+
 # --- shared expert / routed experts ------------------------------------------------------------
 
 def mlp_ref(x, w13, w2):
@@ -271,6 +292,11 @@ CASES = {
     "rmsnorm_gemm-splitk1": (check_rmsnorm_gemm, (dict(BLOCK_N=32, BLOCK_K=64, SPLIT_K=1),)),
     "rmsnorm_gemm-splitk3": (check_rmsnorm_gemm, (dict(BLOCK_N=32, BLOCK_K=64, SPLIT_K=3),)),
     "rmsnorm_gemm-splitk2-ragged": (check_rmsnorm_gemm, (dict(BLOCK_N=16, BLOCK_K=128, SPLIT_K=2),)),
+    "mla_norms_gemm-splitk1": (check_mla_norms_gemm, (dict(BLOCK_N=32, BLOCK_K=64, SPLIT_K=1),)),
+    "mla_norms_gemm-splitk3": (check_mla_norms_gemm, (dict(BLOCK_N=32, BLOCK_K=64, SPLIT_K=3),)),
+    # 64-row tile, 2 warps: the kv rows in 4 chunks of 16 dealt round 2 split programs, the tile part-empty
+    "mla_norms_gemm-m33-2warps": (check_mla_norms_gemm, (dict(BLOCK_M=64, BLOCK_N=16, BLOCK_K=64, SPLIT_K=2,
+                                                               num_warps=2), (33,))),
     "shared_expert-splitk1": (check_shared_expert, (1,)),
     "shared_expert-splitk4": (check_shared_expert, (4,)),
     "moe-grouped-splitk2": (check_moe_experts, (dict(SPLIT_K=2, COMBINE="grouped"), (1, 3, 8))),
@@ -435,6 +461,22 @@ def test_compile_ptx_k2_moe_pdl_prefetches_w2_before_the_wait():
     # the expert's 64 x 256 bf16 rows, 16 bytes a load over 128 threads, all issued before the wait
     assert before.count("ld.global.v4") >= 64 * 256 * 2 // 16 // 128 and "mma" in after
     assert ".local" not in ptx
+
+
+@needs_compiler
+@pytest.mark.parametrize("m,config", [(1, {}), (16, dict(BLOCK_N=64, BLOCK_K=256, SPLIT_K=3, num_warps=4)),
+                                      (64, dict(BLOCK_M=64, BLOCK_N=32, BLOCK_K=128, SPLIT_K=4, num_warps=8))])
+def test_compile_ptx_k2_mla_norms_gemm(m, config):
+    """rmsnorm_gemm_fused with the kv latent's norm (mla_norms_gemm, K2 TP8 KV = 512): one launch, no spills, and
+    without KV the kv arguments are compiled out (rmsnorm_gemm's kernel has no branch on the program's column)."""
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    mod = load("rmsnorm_gemm_fused")
+    shape = dict(K2["rmsnorm_gemm_fused"], M=m, slot="mla_norms_gemm", name="k2", dtype="bfloat16")
+    ptx = mod.compile_ptx(config, dict(shape, KV=512), "sm_90a")
+    assert ptx.count(".entry") == 1 and ".local" not in ptx
+    plain = mod.compile_ptx(config, shape, "sm_90a")
+    assert ".local" not in plain
+    assert ptx.count("ld.global") > plain.count("ld.global") and ptx.count("st.global") > plain.count("st.global")
 
 
 @needs_compiler

@@ -177,6 +177,37 @@ RMSNORM_GEMM = SlotSemantics(_normgemm_inputs, lambda d, dt, m, dev: {"out": tor
                              _normgemm_ref, _normgemm_stock, _check_all(("out",)))
 
 
+# --- mla_norms_gemm --------------------------------------------------------------------------------
+
+def _mlanorms_inputs(d: dict[str, Any], dt: torch.dtype, m: int, seed: int, dev: torch.device) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed + 1_000_003)  # the kv latent's own stream: the q part stays as seeded
+    kv = d["KV"]
+    return {**_normgemm_inputs(d, dt, m, seed, dev), "kv": _randn((m, kv), g, dev, dt),
+            "kv_norm_weight": _norm_weight(kv, g, dev, dt)}
+
+
+def _mlanorms_ref(d: dict[str, Any], i: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    rd = ref_dtype(i["kv"].device)
+    return {**_normgemm_ref(d, i), "kv_out": _rms_norm(i["kv"].to(rd), i["kv_norm_weight"], d["eps"])}
+
+
+def _mlanorms_stock(d: dict[str, Any]) -> KernelFn:
+    eps, q_part = d["eps"], _normgemm_stock(d)
+
+    def stock_mla_norms_gemm(x: torch.Tensor, norm_weight: torch.Tensor, w: torch.Tensor, kv: torch.Tensor,
+                             kv_norm_weight: torch.Tensor, out: torch.Tensor, kv_out: torch.Tensor) -> None:
+        q_part(x, norm_weight, w, out)
+        kv_out.copy_(_rms_norm_native(kv.float(), kv_norm_weight, eps))
+    return stock_mla_norms_gemm
+
+
+MLA_NORMS_GEMM = SlotSemantics(
+    _mlanorms_inputs,
+    lambda d, dt, m, dev: {"out": torch.empty((m, d["N"]), device=dev, dtype=dt),
+                           "kv_out": torch.empty((m, d["KV"]), device=dev, dtype=dt)},
+    _mlanorms_ref, _mlanorms_stock, _check_all(("out", "kv_out")))
+
+
 # --- oproj_residual_norm ---------------------------------------------------------------------------
 
 def _oproj_inputs(d: dict[str, Any], dt: torch.dtype, m: int, seed: int, dev: torch.device) -> dict[str, torch.Tensor]:
@@ -390,6 +421,7 @@ ROUTER = SlotSemantics(
 SLOTS: dict[str, SlotSemantics] = {
     "dense_gemm": DENSE_GEMM, "router": ROUTER, "moe_experts": MOE_EXPERTS, "shared_expert": SHARED_EXPERT,
     "oproj_residual_norm": OPROJ_RESIDUAL_NORM, "add_rmsnorm": ADD_RMSNORM, "rmsnorm_gemm": RMSNORM_GEMM,
+    "mla_norms_gemm": MLA_NORMS_GEMM,
 }
 
 
