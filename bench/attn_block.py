@@ -138,13 +138,25 @@ def build_kernels(m, dims, configs, pdl: int = 0, kv_fused: bool = True):
     gemm_stem, gemm_cfg = pick(configs, "fused_qkv_a", m, None)
     qkv_a, gemm_chained = make(gemm_stem, gemm_cfg, {"M": m, "N": ql + kvl + rope, "K": h}, pdl) if gemm_stem \
         else (None, False)
-    qn_name = "mla_norms_gemm" if kv_fused and configs.get("mla_norms_gemm") else "rmsnorm_gemm"
-    qn_stem, qn_cfg = pick(configs, qn_name, m, "rmsnorm_gemm_fused")
-    qn_shape = {"M": m, "N": qn, "K": ql, "eps": EPS, **({"KV": kvl} if kv_fused else {})}
-    q_norm_gemm, qn_chained = make(qn_stem, qn_cfg, qn_shape, pdl)
+    # the same kernel serves both slots: this path's own slot's winner first, else the other's; a config from a
+    # smaller bucket that does not hold this M (a 16-row tile at M = 64) passes to the next
     slot = "mla_norms_gemm" if kv_fused else "rmsnorm_gemm"
+    qn_shape = {"M": m, "N": qn, "K": ql, "eps": EPS, **({"KV": kvl} if kv_fused else {})}
+    refused = []
+    for qn_name in (slot, *({"mla_norms_gemm", "rmsnorm_gemm"} - {slot})):
+        if not configs.get(qn_name) and qn_name != "rmsnorm_gemm":
+            continue
+        qn_stem, qn_cfg = pick(configs, qn_name, m, "rmsnorm_gemm_fused")
+        try:
+            q_norm_gemm, qn_chained = make(qn_stem, qn_cfg, qn_shape, pdl)
+            break
+        except ValueError as e:
+            refused.append(f"{qn_name}: {e}")
+    else:
+        raise SystemExit(f"no tuned config of {slot} or its kernel's other slot holds M={m}: {'; '.join(refused)}")
     used = {"add_rmsnorm": [add_stem, add_cfg], "fused_qkv_a": [gemm_stem or "cuBLAS (stock kept)", gemm_cfg],
-            slot: [qn_stem, qn_cfg] + ([] if qn_name == slot else [f"config of the {qn_name} winner"])}
+            slot: [qn_stem, qn_cfg] + ([] if qn_name == slot and configs.get(slot) else
+                                       [f"config of the {qn_name} winner" if configs.get(qn_name) else "default config"])}
     if pdl:
         used["chained"] = {"pdl": pdl, "add_rmsnorm": add_chained, "fused_qkv_a": gemm_chained, slot: qn_chained}
     return add, qkv_a, q_norm_gemm, used

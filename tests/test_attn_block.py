@@ -82,3 +82,19 @@ def test_every_triton_and_cute_dense_gemm_file_is_one_the_block_can_run() -> Non
 
     stems = {p.stem for lang in ("triton", "cute") for p in (REPO / "kernels/variants" / lang).glob("dense_gemm_*.py")}
     assert stems == set(attn_block.GEMM_FILES)
+
+
+def test_a_norm_gemm_config_that_does_not_hold_this_m_passes_to_the_kernels_other_slot() -> None:
+    """rmsnorm_gemm was tuned up to M = 16 (16-row tiles), mla_norms_gemm up to 64: at M = 20 the kv-apart path runs
+    the same kernel with the mla_norms_gemm winner's config and says so; with neither holding M, a clear error."""
+    import attn_block
+
+    mla_cfg = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 64, "SPLIT_K": 2, "num_warps": 4, "num_stages": 2}
+    configs = {"rmsnorm_gemm": SMALL["rmsnorm_gemm"], "mla_norms_gemm": {"17": ["rmsnorm_gemm_fused", mla_cfg]}}
+    dims = (256, 128, 64, 16, 96)
+    *_, used = attn_block.build_kernels(20, dims, configs, kv_fused=False)
+    assert used["rmsnorm_gemm"] == ["rmsnorm_gemm_fused", mla_cfg, "config of the mla_norms_gemm winner"]
+    *_, used = attn_block.build_kernels(20, dims, configs)
+    assert used["mla_norms_gemm"] == ["rmsnorm_gemm_fused", mla_cfg]
+    with pytest.raises(SystemExit, match="holds M=40"):
+        attn_block.build_kernels(40, dims, configs)
