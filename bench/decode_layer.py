@@ -1,0 +1,145 @@
+"""One decode layer of a Kimi-K2-like model (TP8) on one GPU, all of it but the attention kernel: stock vs tuned.
+
+    attention input (bench/attn_block.py: add + RMSNorm, fused_qkv_a, q_a / kv_a norms, q_b_proj)
+    -> [the attention kernel itself: not a slot, not timed] -> o_proj
+    -> MoE block (bench/moe_block.py: add + RMSNorm, router, routed experts, shared expert, sum)
+
+The three parts run back to back in ONE CUDA graph per path and batch size, each on its own inputs: the same
+kernels and launches as a layer, without the data flow between parts (no kernel's time depends on the values).
+One copy of the weights: a layer moves more bytes than the L2 holds (the MoE block's experts alone, ~90 MB at
+M = 1), so each replay starts cold, as the next layer would. Paths, timed by interleaved replay in one run, kernel
+launches counted with torch.profiler:
+- ``stock``: the attention input as vLLM's forward_native with cuBLAS, o_proj by cuBLAS, the MoE block with its
+  routed experts as torch gather + bmm in the graph (moe_block's ``stock_graph``: vLLM is not installed on the
+  GPU hosts here, and its eager per-expert loop cannot be captured);
+- ``stock_fused_norm``: the same with torch's one-op norms in the attention input;
+- ``tuned``: the slot kernels a tuning results file's winners name, each plain (attn_block's ``tuned``, the
+  dense_gemm o_proj winner or cuBLAS where stock kept its bucket, moe_block's ``tuned``);
+- ``tuned_best`` (sm_90+ for its two extras): the attention input chained by programmatic dependent launch
+  (``tuned_pdl``) and the shared expert on its own stream (``tuned_side``).
+The outputs of each part are compared with stock's (rel-L2; the router's top-k sets).
+
+    python bench/decode_layer.py --winners bench/results/<date>-<hw>-decode-tuning-<what>.json [--batches 1,4,16]
+    TRITON_INTERPRET=1 python bench/decode_layer.py --device cpu --tiny --attn-configs small.json --batches 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+
+import torch
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+import attn_block  # noqa: E402
+import moe_block  # noqa: E402
+from kernels.deployment import batch_bucket  # noqa: E402
+from results_files import tuned_winners  # noqa: E402
+
+O_PROJ_K = 1024  # K2 at TP8: 8 heads x v_head_dim 128
+# Triton's interpreter: hidden 512 as moe_block's tiny spec, small latents
+TINY_ATTN_DIMS = (512, 128, 64, 16, 96)
+TINY_O_PROJ_K = 64
+
+
+def oproj_configs(path: str | None) -> dict[int, tuple[str, dict]]:
+    """{M: (file stem, config)} of the dense_gemm o_proj winners (stock-kept buckets left out: cuBLAS)."""
+    if not path:
+        return {}
+    by_m = tuned_winners(path, lambda k: k == "dense_gemm/o_proj").get("dense_gemm/o_proj", {})
+    for m, (stem, _) in by_m.items():
+        if stem not in attn_block.GEMM_FILES:
+            raise SystemExit(f"{path}: o_proj at M={m} was won by {stem}, which bench/decode_layer.py cannot run")
+    return by_m
+
+
+def build_oproj(m: int, n: int, k: int, by_m: dict[int, tuple[str, dict]], dev, gen):
+    """(stock, tuned, buffers, used): o_proj by cuBLAS, and by the winner of m's own batch bucket (cuBLAS where
+    stock kept it: a smaller bucket's kernel is not what the table picked here)."""
+    bf = torch.bfloat16
+    buf = {"a": torch.randn(m, k, device=dev, generator=gen).to(bf),
+           "w": (torch.randn(n, k, device=dev, generator=gen) * k ** -0.5).to(bf),
+           "stock": torch.empty(m, n, device=dev, dtype=bf), "tuned": torch.empty(m, n, device=dev, dtype=bf)}
+    mine = [mm for mm in by_m if batch_bucket(mm) == batch_bucket(m)]
+
+    def stock():
+        torch.matmul(buf["a"], buf["w"].t(), out=buf["stock"])
+    if not mine:
+        return stock, lambda: torch.matmul(buf["a"], buf["w"].t(), out=buf["tuned"]), buf, ["cuBLAS (stock kept)", {}]
+    stem, cfg = by_m[mine[0]]
+    fn = attn_block.load(stem).build(cfg, {"M": m, "N": n, "K": k})
+    return stock, lambda: fn(buf["a"], buf["w"], buf["tuned"]), buf, [stem, cfg]
+
+
+def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--winners", default=None, help="a bench/service_tuning.py results JSON: the tuned kernels")
+    ap.add_argument("--attn-configs", default=None, help="attn_block's --configs form (CPU tests)")
+    ap.add_argument("--moe-configs", default=None, help="moe_block's --configs form (CPU tests)")
+    ap.add_argument("--batches", default="1,4,16")
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--tiny", action="store_true", help="shapes small enough for Triton's interpreter")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("decode_layer.py: no CUDA device here (use --device cpu --tiny with TRITON_INTERPRET=1)")
+    dims = TINY_ATTN_DIMS if args.tiny else attn_block.K2_TP8
+    spec = moe_block.SPECS["tiny" if args.tiny else "k2-tp8"]
+    o_k = TINY_O_PROJ_K if args.tiny else O_PROJ_K
+    attn_cfg = json.loads(pathlib.Path(args.attn_configs).read_text()) if args.attn_configs else {}
+    moe_cfg = json.loads(pathlib.Path(args.moe_configs).read_text()) if args.moe_configs else {}
+    if args.winners:
+        attn_cfg = {**attn_block.configs_from_tuning(args.winners), **attn_cfg}
+        moe_cfg = {**moe_block.configs_from_tuning(args.winners), **moe_cfg}
+    o_by_m = oproj_configs(args.winners)
+    W = moe_block.make_weights(spec, dev, torch.Generator(device=dev).manual_seed(0))
+    rows = []
+    for m in (int(b) for b in args.batches.split(",")):
+        data = attn_block.make_sets(m, dims, 1, dev)
+        attn, attn_used = attn_block.build_paths(m, dims, data, attn_cfg, dev)
+        moe, buf, moe_files, _, _ = moe_block.build_paths(spec, m, W, moe_cfg, dev)
+        o_stock, o_tuned, o_buf, o_used = build_oproj(m, spec["H"], o_k, o_by_m, dev,
+                                                      torch.Generator(device=dev).manual_seed(2000 + m))
+        attn_best = "tuned_pdl" if "tuned_pdl" in attn else "tuned"
+        parts = {"stock": (attn["stock"], o_stock, moe["stock_graph"]),
+                 "stock_fused_norm": (attn["stock_fused_norm"], o_stock, moe["stock_graph"]),
+                 "tuned": (attn["tuned"], o_tuned, moe["tuned"]),
+                 "tuned_best": (attn[attn_best], o_tuned, moe["tuned_side"])}
+        runs = {name: moe_block.capture(lambda fns=fns: [f() for f in fns], dev) for name, fns in parts.items()}
+        times = moe_block.time_pair(runs, args.reps, dev)
+        row = {"M": m, "tuned_kernels": {"attention_input": attn_used["tuned"], "o_proj": o_used, "moe": moe_files},
+               "tuned_best_attention_input": attn_best, "side_stream": dev.type == "cuda",
+               **moe_block.measure_per_call(runs, times, dev, 1)}
+        d = data[0]
+        ref_moe = buf["stock_g_out"].float()
+        row["rel_l2_vs_stock"] = {
+            "attention_input": {p: max(rel_l2(d[p][o], d["stock"][o]) for o in ("residual_out", "q", "kv"))
+                                for p in ("tuned", attn_best)},
+            "o_proj": rel_l2(o_buf["tuned"], o_buf["stock"]),
+            "moe": {"tuned": rel_l2(buf["out"], ref_moe), "tuned_side": rel_l2(buf["out_side"], ref_moe)}}
+        for base in ("stock", "stock_fused_norm"):
+            for name in ("tuned", "tuned_best"):
+                row[f"speedup_{name}_vs_{base}"] = row[base]["median_us"] / row[name]["median_us"]
+        rows.append(row)
+        print(f"M={m:3d}  " + "  ".join(f"{p} {row[p]['median_us']:7.2f} us ({row[p]['kernels_per_call']} k)" for p in runs)
+              + f"  tuned_best x{row['speedup_tuned_best_vs_stock']:.2f} vs stock,"
+              f" x{row['speedup_tuned_best_vs_stock_fused_norm']:.2f} vs one-op norms", flush=True)
+    h, ql, kvl, rope, qn = dims
+    moe_block.write_result(args.out, "decode_layer", dev, {
+        "dims": {"hidden": h, "q_lora_rank": ql, "kv_lora_rank": kvl, "rope": rope, "q_b_n": qn, "o_proj_k": o_k},
+        "moe_spec": spec, "winners": args.winners, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()

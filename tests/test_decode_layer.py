@@ -1,0 +1,58 @@
+"""bench/decode_layer.py on the CPU: the layer's four paths (attention input, o_proj, MoE block back to back) run
+under Triton's interpreter at tiny shapes, each part's tuned output agrees with stock's, and o_proj's winners come
+from a tuning file (cuBLAS where stock kept the bucket)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "tests"))
+from test_attn_block import SMALL  # noqa: E402
+from test_moe_block import GEMV_AT_1  # noqa: E402
+
+
+def test_tiny_layer_runs_every_path_and_each_part_matches_stock(tmp_path: Path) -> None:
+    (tmp_path / "attn.json").write_text(json.dumps(SMALL))
+    (tmp_path / "moe.json").write_text(json.dumps(GEMV_AT_1))
+    out = subprocess.run([sys.executable, "bench/decode_layer.py", "--device", "cpu", "--tiny", "--batches", "1",
+                          "--reps", "1", "--attn-configs", str(tmp_path / "attn.json"), "--moe-configs",
+                          str(tmp_path / "moe.json"), "--out", str(tmp_path)], cwd=REPO,
+                         env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = json.loads((tmp_path / "decode_layer.json").read_text())
+    assert doc["device"]["name"] == "cpu" and doc["commit"] and doc["dims"]["hidden"] == doc["moe_spec"]["H"]
+    (row,) = doc["rows"]
+    for path in ("stock", "stock_fused_norm", "tuned", "tuned_best"):
+        assert row[path]["median_us"] > 0
+    # no chains and no second stream on a CPU: the best path is the plain one, and the row says so
+    assert row["tuned_best_attention_input"] == "tuned" and row["side_stream"] is False
+    assert row["tuned_kernels"]["o_proj"] == ["cuBLAS (stock kept)", {}]  # no winners file: cuBLAS
+    assert row["tuned_kernels"]["moe"]["moe_experts"] == "moe_experts_gemv"
+    errs = row["rel_l2_vs_stock"]
+    assert max(errs["attention_input"].values()) < 2e-2 and errs["o_proj"] == 0.0
+    assert max(errs["moe"].values()) < 3e-2, errs
+
+
+def test_o_proj_winners_come_from_the_tuning_file() -> None:
+    import decode_layer
+
+    by_m = decode_layer.oproj_configs(str(REPO / "bench/results/2026-12-06-h100-decode-tuning-h100-mla-s21b.json"))
+    assert by_m and all(stem in decode_layer.attn_block.GEMM_FILES for stem, _ in by_m.values())
+    assert decode_layer.oproj_configs(None) == {}
+
+
+def test_o_proj_runs_the_winner_of_its_own_bucket_only() -> None:
+    import decode_layer
+
+    by_m = {1: ("dense_gemm_gemv", SMALL["fused_qkv_a"]["1"][1])}
+    kw = dict(n=64, k=256, by_m=by_m, dev="cpu")
+    import torch
+    assert decode_layer.build_oproj(1, gen=torch.Generator().manual_seed(0), **kw)[3][0] == "dense_gemm_gemv"
+    # M = 2 is its own bucket, which stock kept: cuBLAS, not M = 1's kernel
+    assert decode_layer.build_oproj(2, gen=torch.Generator().manual_seed(0), **kw)[3][0] == "cuBLAS (stock kept)"
