@@ -34,6 +34,11 @@ def test_tiny_layer_runs_every_path_and_each_part_matches_stock(tmp_path: Path) 
     assert row["tuned_best_attention_input"] == "tuned" and row["side_stream"] is False
     assert row["tuned_kernels"]["o_proj"] == ["cuBLAS (stock kept)", {}]  # no winners file: cuBLAS
     assert row["tuned_kernels"]["moe"]["moe_experts"] == "moe_experts_gemv"
+    # the floor: the weights read (each picked expert once) over the bandwidth measured in the run
+    floor = row["hbm_floor"]
+    assert 1 <= floor["experts_used"] <= doc["moe_spec"]["top_k"] and floor["copy_gbs"] > 0
+    assert floor["floor_us"] == sum(floor["weight_bytes"].values()) / (floor["copy_gbs"] * 1e3)
+    assert all(row[p]["frac_of_floor"] == floor["floor_us"] / row[p]["median_us"] for p in ("stock", "tuned_best"))
     errs = row["rel_l2_vs_stock"]
     assert max(errs["attention_input"].values()) < 2e-2 and errs["o_proj"] == 0.0
     assert max(errs["moe"].values()) < 3e-2, errs
