@@ -163,10 +163,11 @@ def main() -> None:
               f" x{row['speedup_tuned_best_vs_stock_fused_norm']:.2f} vs one-op norms; floor {floor_us:.1f} us"
               f" ({row['hbm_floor']['experts_used']} experts): tuned_best at {row['tuned_best']['frac_of_floor']:.0%},"
               f" stock at {row['stock']['frac_of_floor']:.0%}", flush=True)
-    h, ql, kvl, rope, qn = dims
-    moe_block.write_result(args.out, "decode_layer", dev, {
-        "dims": {"hidden": h, "q_lora_rank": ql, "kv_lora_rank": kvl, "rope": rope, "q_b_n": qn, "o_proj_k": o_k},
-        "moe_spec": spec, "winners": args.winners, "rows": rows})
+        # after every batch size: a run cut by its time limit keeps the rows it finished
+        h, ql, kvl, rope, qn = dims
+        moe_block.write_result(args.out, "decode_layer", dev, {
+            "dims": {"hidden": h, "q_lora_rank": ql, "kv_lora_rank": kvl, "rope": rope, "q_b_n": qn, "o_proj_k": o_k},
+            "moe_spec": spec, "winners": args.winners, "rows": rows})
 
 
 if __name__ == "__main__":
