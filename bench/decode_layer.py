@@ -94,6 +94,11 @@ def weight_bytes(dims, spec, o_k: int, experts_used: int) -> dict[str, int]:
             + experts_used * e_bytes}
 
 
+def topk_match(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The fraction of tokens whose top-k expert sets agree."""
+    return (a.long().sort(-1).values == b.long().sort(-1).values).all(-1).float().mean().item()
+
+
 def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
@@ -154,6 +159,14 @@ def main() -> None:
                             "copy_gbs": gbs, "floor_us": floor_us}
         for p in runs:
             row[p]["frac_of_floor"] = floor_us / row[p]["median_us"]
+        # where the MoE outputs differ beyond rounding, it is routing: the stock router rounds its logits to bf16
+        # before the sigmoid, the tuned one keeps fp32, so near-ties at the k-th expert fall either way (moe_block's
+        # rows say the same); the referee is the top-k of fp32 logits of the same normed tokens
+        stock_ids, _ = moe_block.stock_router(spec, buf["h"], W)
+        fp32_ids, _ = moe_block.stock_router(spec, buf["h"].float(), {**W, "gate": W["gate"].float()})
+        row["topk_set_match"] = {"tuned_vs_stock": topk_match(buf["ids"], stock_ids),
+                                 "tuned_vs_fp32_logits": topk_match(buf["ids"], fp32_ids),
+                                 "stock_vs_fp32_logits": topk_match(stock_ids, fp32_ids)}
         for base in ("stock", "stock_fused_norm"):
             for name in ("tuned", "tuned_best"):
                 row[f"speedup_{name}_vs_{base}"] = row[base]["median_us"] / row[name]["median_us"]

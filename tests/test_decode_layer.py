@@ -42,6 +42,7 @@ def test_tiny_layer_runs_every_path_and_each_part_matches_stock(tmp_path: Path) 
     errs = row["rel_l2_vs_stock"]
     assert max(errs["attention_input"].values()) < 2e-2 and errs["o_proj"] == 0.0
     assert max(errs["moe"].values()) < 3e-2, errs
+    assert row["topk_set_match"] == {"tuned_vs_stock": 1.0, "tuned_vs_fp32_logits": 1.0, "stock_vs_fp32_logits": 1.0}
 
 
 def test_o_proj_winners_come_from_the_tuning_file() -> None:
