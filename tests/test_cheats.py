@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from evaluation_helpers import DEVICE, SMALL, run_cheat
+from kernels.slots.base import Shape
 from kernels.slots.dense_gemm import DenseGemm
 from workers.bench import BenchContext, run_bench
 from workers.check import CheckContext, library_calls
@@ -88,10 +89,15 @@ def test_time_below_the_bandwidth_floor_is_implausible():
     assert timed.passed and stage.frac_of_floor < 1
 
 
-def test_a_chained_build_that_reads_its_activations_early_is_caught(data_dir):
+@pytest.mark.parametrize("cheat,shape", [
+    ("chained_reads_early", SMALL),
+    # mla_norms_gemm has two activations (x, kv): its cheat reads x after the wait and kv before it
+    ("chained_reads_second_early", Shape("mla_norms_gemm", "t", {"N": 64, "K": 512, "KV": 96, "eps": 1e-6}))])
+def test_a_chained_build_that_reads_its_activations_early_is_caught(data_dir, cheat, shape):
     """build(..., pdl=1) is what the exported dispatch(..., pdl=1) ships, so the check stage runs it too, behind a
-    producer that writes its x late (workers/chain.py). Here its chained form reads x before griddepcontrol.wait."""
-    result = run_cheat("chained_reads_early", data_dir, language="triton")
+    producer that writes its activations late (workers/chain.py). Here its chained form reads one of them before
+    griddepcontrol.wait."""
+    result = run_cheat(cheat, data_dir, language="triton", shape=shape)
     if DEVICE == "cuda" and torch.cuda.get_device_capability()[0] >= 9:
         assert (result.verdict, result.reason_code) == (Verdict.check_failed, "chained_mismatch"), result.reason
         assert [t.kind for t in result.check.trials if not t.passed] == ["chained"]
