@@ -140,11 +140,11 @@ def build_kernels(m, dims, configs, pdl: int = 0, kv_fused: bool = True):
         else (None, False)
     # the same kernel serves both slots: this path's own slot's winner first, else the other's; a config from a
     # smaller bucket that does not hold this M (a 16-row tile at M = 64) passes to the next
-    slot = "mla_norms_gemm" if kv_fused else "rmsnorm_gemm"
+    slot, other = ("mla_norms_gemm", "rmsnorm_gemm") if kv_fused else ("rmsnorm_gemm", "mla_norms_gemm")
     qn_shape = {"M": m, "N": qn, "K": ql, "eps": EPS, **({"KV": kvl} if kv_fused else {})}
     refused = []
-    for qn_name in (slot, *({"mla_norms_gemm", "rmsnorm_gemm"} - {slot})):
-        if not configs.get(qn_name) and qn_name != "rmsnorm_gemm":
+    for qn_name in (slot, other):
+        if not configs.get(qn_name) and qn_name != "rmsnorm_gemm":  # no winners: rmsnorm_gemm's default config
             continue
         qn_stem, qn_cfg = pick(configs, qn_name, m, "rmsnorm_gemm_fused")
         try:
