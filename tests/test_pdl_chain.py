@@ -156,7 +156,9 @@ def test_the_block_builds_each_link_it_can_chain_and_says_which(tmp_path: Path) 
 
     assert not device_chains(torch.device("cpu"))
     *_, used = attn_block.build_kernels(1, (256, 128, 64, 16, 96), json.loads(json.dumps(SMALL)), pdl=1)
-    assert used["chained"] == {"pdl": 1, "add_rmsnorm": True, "fused_qkv_a": False, "rmsnorm_gemm": True}
+    assert used["chained"] == {"pdl": 1, "add_rmsnorm": True, "fused_qkv_a": False, "mla_norms_gemm": True}
+    *_, apart = attn_block.build_kernels(1, (256, 128, 64, 16, 96), SMALL, pdl=1, kv_fused=False)
+    assert apart["chained"] == {"pdl": 1, "add_rmsnorm": True, "fused_qkv_a": False, "rmsnorm_gemm": True}
     *_, plain = attn_block.build_kernels(1, (256, 128, 64, 16, 96), SMALL)
     assert "chained" not in plain
 
