@@ -69,7 +69,7 @@ def _shape_index(slot: str, dim_names: tuple[str, ...]) -> dict[tuple[Any, ...],
 _TORCH_DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 
 
-def _linear_class(base: type, kind: str) -> type:
+def _linear_class(base: type, kind: str, pdl: int) -> type:
     index = _shape_index("dense_gemm", ("N", "K"))
 
     class LatencySpecializedLinear(base):  # type: ignore[misc, valid-type]
@@ -95,13 +95,13 @@ def _linear_class(base: type, kind: str) -> type:
             if key is None:
                 return None
             choice = dsp.explain("dense_gemm", key, x.shape[0])
-            return dsp.dispatch("dense_gemm", key, x.shape[0], dsp.pdl_level()) if choice.kind == "tuned" else None
+            return dsp.dispatch("dense_gemm", key, x.shape[0], pdl) if choice.kind == "tuned" else None
 
     LatencySpecializedLinear.__name__ = LatencySpecializedLinear.__qualname__ = f"LatencySpecialized{kind}"
     return LatencySpecializedLinear
 
 
-def _rmsnorm_class(base: type) -> type:
+def _rmsnorm_class(base: type, pdl: int) -> type:
     index = _shape_index("add_rmsnorm", ("H", "eps"))
 
     class LatencySpecializedRMSNorm(base):  # type: ignore[misc, valid-type]
@@ -124,7 +124,7 @@ def _rmsnorm_class(base: type) -> type:
             if key is None:
                 return None
             choice = dsp.explain("add_rmsnorm", key, x.shape[0])
-            return dsp.dispatch("add_rmsnorm", key, x.shape[0], dsp.pdl_level()) if choice.kind == "tuned" else None
+            return dsp.dispatch("add_rmsnorm", key, x.shape[0], pdl) if choice.kind == "tuned" else None
 
     return LatencySpecializedRMSNorm
 
@@ -159,7 +159,8 @@ def register() -> dict[str, Any]:
 
 def _register_ops(report: dict[str, Any]) -> None:
     slots = {e["slot"] for e in dsp.tuned_entries()}
-    report["pdl"] = dsp.pdl_level()  # a bad KT_LS_PDL stops registration here, not at a layer's first forward
+    # read once: a bad KT_LS_PDL stops registration here, not at a layer's first forward, and no forward reads the env
+    pdl = report["pdl"] = dsp.pdl_level()
     folder = _fused_moe_folder()
     if folder:
         current = os.environ.get("VLLM_TUNED_CONFIG_FOLDER")
@@ -176,11 +177,11 @@ def _register_ops(report: dict[str, Any]) -> None:
     if "dense_gemm" in slots:
         from vllm.model_executor.layers.linear import ColumnParallelLinear, ReplicatedLinear  # type: ignore[import-not-found]
         for name, base in (("ReplicatedLinear", ReplicatedLinear), ("ColumnParallelLinear", ColumnParallelLinear)):
-            PluggableLayer.register_oot(name=name)(_linear_class(base, name))
+            PluggableLayer.register_oot(name=name)(_linear_class(base, name, pdl))
             report["registered"].append(f"PluggableLayer {name} <- dense_gemm")
     if "add_rmsnorm" in slots:
         from vllm.model_executor.layers.layernorm import RMSNorm  # type: ignore[import-not-found]
-        CustomOp.register_oot(name="RMSNorm")(_rmsnorm_class(RMSNorm))
+        CustomOp.register_oot(name="RMSNorm")(_rmsnorm_class(RMSNorm, pdl))
         report["registered"].append("CustomOp RMSNorm <- add_rmsnorm")
     for slot in sorted(slots - {"dense_gemm", "add_rmsnorm"}):
         # No one-to-one vLLM layer with this calling convention: reachable through dispatch() only.
