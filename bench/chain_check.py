@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 from attn_block import load  # noqa: E402
 from moe_block import capture, time_pair, write_result  # noqa: E402
+from workers.chain import device_chains  # noqa: E402
 
 EPS = 1e-6
 
@@ -136,9 +137,9 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
-        raise SystemExit("chain_check.py: programmatic dependent launch needs an sm_90+ GPU")
     dev = torch.device("cuda")
+    if not device_chains(dev):
+        raise SystemExit("chain_check.py: programmatic dependent launch needs an sm_90+ GPU")
     plan = json.loads(pathlib.Path(args.plan).read_text())
     rows = []
     for case in cases(plan):

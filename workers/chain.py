@@ -32,7 +32,7 @@ PRODUCER_SLEEP_NS = 2_000_000
 
 def device_chains(device: torch.device) -> bool:
     """Programmatic dependent launch needs an sm_90+ GPU (the CPU and Triton's interpreter have no grids to chain)."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+    return device.type == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def takes_pdl(module: Any) -> bool:
