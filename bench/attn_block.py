@@ -32,6 +32,7 @@ The tuned outputs are compared with the stock ones (rel-L2 per output).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -58,6 +59,7 @@ GEMM_FILES = ("dense_gemm_gemv", "dense_gemm_splitk", "dense_gemm_swapab", "dens
               "dense_gemm_ksplit_gemv", "dense_gemm_mma_gemv", "dense_gemm_ring_gemv")
 
 
+@functools.cache  # a block builds each file's kernels for several paths and batch sizes: one import of it
 def load(stem: str):
     path = next(p for p in (VARIANTS / "triton" / f"{stem}.py", VARIANTS / "cute" / f"{stem}.py") if p.exists())
     spec = importlib.util.spec_from_file_location(f"_attn_{stem}", path)

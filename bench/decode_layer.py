@@ -47,6 +47,7 @@ import attn_block  # noqa: E402
 import moe_block  # noqa: E402
 from kernels.deployment import batch_bucket  # noqa: E402
 from results_files import tuned_winners  # noqa: E402
+from workers.fingerprint import measure_bandwidth_gbs  # noqa: E402
 
 O_PROJ_K = 1024  # K2 at TP8: 8 heads x v_head_dim 128
 # Triton's interpreter: hidden 512 as moe_block's tiny spec, small latents
@@ -94,15 +95,6 @@ def weight_bytes(dims, spec, o_k: int, experts_used: int) -> dict[str, int]:
             + experts_used * e_bytes}
 
 
-def topk_match(a: torch.Tensor, b: torch.Tensor) -> float:
-    """The fraction of tokens whose top-k expert sets agree."""
-    return (a.long().sort(-1).values == b.long().sort(-1).values).all(-1).float().mean().item()
-
-
-def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--winners", default=None, help="a bench/service_tuning.py results JSON: the tuned kernels")
@@ -127,7 +119,6 @@ def main() -> None:
         moe_cfg = {**moe_block.configs_from_tuning(args.winners), **moe_cfg}
     o_by_m = oproj_configs(args.winners)
     W = moe_block.make_weights(spec, dev, torch.Generator(device=dev).manual_seed(0))
-    from workers.fingerprint import measure_bandwidth_gbs
     gbs = measure_bandwidth_gbs(dev)  # once, in this run: the floor's denominator
     rows = []
     for m in (int(b) for b in args.batches.split(",")):
@@ -147,31 +138,32 @@ def main() -> None:
                "tuned_best_attention_input": attn_best, "side_stream": dev.type == "cuda",
                **moe_block.measure_per_call(runs, times, dev, 1)}
         d = data[0]
-        ref_moe = buf["stock_g_out"].float()
+        rel = attn_block.rel_l2
         row["rel_l2_vs_stock"] = {
-            "attention_input": {p: max(rel_l2(d[p][o], d["stock"][o]) for o in ("residual_out", "q", "kv"))
+            "attention_input": {p: max(rel(d[p][o], d["stock"][o]) for o in ("residual_out", "q", "kv"))
                                 for p in ("tuned", attn_best)},
-            "o_proj": rel_l2(o_buf["tuned"], o_buf["stock"]),
-            "moe": {"tuned": rel_l2(buf["out"], ref_moe), "tuned_side": rel_l2(buf["out_side"], ref_moe)}}
-        wb = weight_bytes(dims, spec, o_k, int(buf["ids"].unique().numel()))
+            "o_proj": rel(o_buf["tuned"], o_buf["stock"]),
+            "moe": {p: rel(buf[out], buf["stock_g_out"]) for p, out in (("tuned", "out"), ("tuned_side", "out_side"))}}
+        experts_used = int(buf["ids"].unique().numel())
+        wb = weight_bytes(dims, spec, o_k, experts_used)
         floor_us = sum(wb.values()) / (gbs * 1e3)
-        row["hbm_floor"] = {"weight_bytes": wb, "experts_used": int(buf["ids"].unique().numel()),
-                            "copy_gbs": gbs, "floor_us": floor_us}
+        row["hbm_floor"] = {"weight_bytes": wb, "experts_used": experts_used, "copy_gbs": gbs, "floor_us": floor_us}
         for p in runs:
             row[p]["frac_of_floor"] = floor_us / row[p]["median_us"]
         # where the MoE outputs differ beyond rounding, it is routing: the stock router rounds its logits to bf16
         # before the sigmoid, the tuned one keeps fp32, so near-ties at the k-th expert fall either way (moe_block's
         # rows say the same); the referee is the top-k of fp32 logits of the same normed tokens
         stock_ids, _ = moe_block.stock_router(spec, buf["h"], W)
-        fp32_ids, _ = moe_block.stock_router(spec, buf["h"].float(), {**W, "gate": W["gate"].float()})
-        row["topk_set_match"] = {"tuned_vs_stock": topk_match(buf["ids"], stock_ids),
-                                 "tuned_vs_fp32_logits": topk_match(buf["ids"], fp32_ids),
-                                 "stock_vs_fp32_logits": topk_match(stock_ids, fp32_ids)}
+        fp32_ids = moe_block.fp32_router_ids(spec, buf["h"], W)
+        row["topk_set_match"] = {"tuned_vs_stock": moe_block.topk_match(buf["ids"], stock_ids),
+                                 "tuned_vs_fp32_logits": moe_block.topk_match(buf["ids"], fp32_ids),
+                                 "stock_vs_fp32_logits": moe_block.topk_match(stock_ids, fp32_ids)}
         for base in ("stock", "stock_fused_norm"):
             for name in ("tuned", "tuned_best"):
                 row[f"speedup_{name}_vs_{base}"] = row[base]["median_us"] / row[name]["median_us"]
         rows.append(row)
-        print(f"M={m:3d}  " + "  ".join(f"{p} {row[p]['median_us']:7.2f} us ({row[p]['kernels_per_call']} k)" for p in runs)
+        print(f"M={m:3d}  "
+              + "  ".join(f"{p} {row[p]['median_us']:7.2f} us ({row[p]['kernels_per_call']} k)" for p in runs)
               + f"  tuned_best x{row['speedup_tuned_best_vs_stock']:.2f} vs stock,"
               f" x{row['speedup_tuned_best_vs_stock_fused_norm']:.2f} vs one-op norms; floor {floor_us:.1f} us"
               f" ({row['hbm_floor']['experts_used']} experts): tuned_best at {row['tuned_best']['frac_of_floor']:.0%},"

@@ -119,6 +119,16 @@ def stock_mlp(x, w13, w2):
     return torch.matmul(torch.nn.functional.silu(g) * u, w2.t())
 
 
+def fp32_router_ids(s, h, W):
+    """The referee where routers disagree: the top-k of fp32 logits of the same normed tokens."""
+    return stock_router(s, h.float(), {**W, "gate": W["gate"].float()})[0]
+
+
+def topk_match(a, b):
+    """The fraction of tokens whose top-k expert sets agree."""
+    return (a.long().sort(-1).values == b.long().sort(-1).values).all(-1).float().mean().item()
+
+
 def stock_experts_fn():
     try:
         from vllm.model_executor.layers.fused_moe import fused_experts  # type: ignore
@@ -349,14 +359,11 @@ def main():
         def rel(name):
             return ((buf[name].float() - ref).norm() / ref.norm()).item()
 
-        def topk_match(a, b):
-            return (a.long().sort(-1).values == b.long().sort(-1).values).all(-1).float().mean().item()
-
         same = topk_match(buf["ids"], buf["stock_ids"])
         # Who is right where the two disagree: the top-k of fp32 logits of the same normed tokens. The stock
         # router rounds its logits to bf16 before the sigmoid (torch.matmul's output dtype); the tuned one
         # keeps fp32, so near-ties between the k-th and (k+1)-th expert can fall either way.
-        ref_ids, _ = stock_router(spec, buf["h"].float(), {**W, "gate": W["gate"].float()})
+        ref_ids = fp32_router_ids(spec, buf["h"], W)
         times = time_pair(runs, args.reps, dev)
         row = {"M": m, "topk_set_match": same, "side_stream": dev.type == "cuda", "files": files,
                "topk_set_match_vs_fp32_logits": {"tuned": topk_match(buf["ids"], ref_ids),
