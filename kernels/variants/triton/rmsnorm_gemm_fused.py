@@ -184,7 +184,9 @@ def rmsnorm_gemm_kernel(x_ptr, g_ptr, w_ptr, out_ptr, ws_ptr, ss_ptr, cnt_ptr, k
         if PDL == 2:
             _prefetch_rows_l2(w_ptr, pid_n * BLOCK_N, N, stride_wn, pid_k * K_PER_SPLIT, BLOCK_N, K_PER_SPLIT * 2)
         tl.extra.cuda.gdc_wait()
-    if KV_BLOCK > 0:  # mla_norms_gemm: the last column of programs is the kv latent's norm
+    # mla_norms_gemm: the last column of programs is the kv latent's norm. The constexpr test stays apart from the
+    # runtime one (not one `and`), so that rmsnorm_gemm's kernel has no kv branch at all.
+    if KV_BLOCK > 0:
         if pid_n == tl.num_programs(0) - 1:
             _kv_norm_rows(kv_ptr, kvw_ptr, kvo_ptr, M, KV, eps, stride_kvm, stride_kvom, pid_k, pid_m,
                           BLOCK_M, SPLIT_K, KV_BLOCK, KV_ROWS)
