@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# Device call A of session 22 (carry .whl2 and .cutexz): on an H200 only, the two plans no H200 has run, in one
+# Device call A of session 22 (carry .whl2 and .cutexz). On an H200: the two plans no H200 has run, in one
 # service run resumed from table ZN (the table of record), so the new table holds both: the mla_norms_gemm slot
 # (bench/plans/mla_norms_s21.json plus the 64-row tiles of mla_norms_m64_s21c.json at M = 64) and the ring GEMV
 # (bench/plans/zs_all.json, session ZU's plan). Combined as bench/plans/s22_h200.json (163 runs). The attention block,
 # self-test and decode layer run in call B (bench/session_s22b.sh) from this call's table, to keep each call under
-# the 600 s a command may take. On an H100 it stops at once: both plans ran there (tables ZX-ZZ, s21b/s21c).
+# the 600 s a command may take. Both plans ran on the H100 (tables ZX-ZZ, s21b/s21c): there, the call re-times the
+# H100 table's runners-up of the three projections at M = 1, 4, 16 (bench/plans/rerank_h100_s22.json, from
+# bench/plans/make_rerank.py), each beside the winner it trails (the worker's incumbent control), resumed from table
+# s21c, so its near-ties (1-3% apart, measured in different sessions) are decided head to head.
 HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
-if [ "$HW" != h200 ]; then echo "session 22 call A: a $HW; both plans ran on this card already, nothing to do"; exit 0; fi
+if [ "$HW" = h100 ]; then
+  export KT_PLAN=bench/plans/rerank_h100_s22.json KT_WHAT=decode-tuning-h100-rerank-s22a KT_TUNING_S=${KT_TUNING_S:-240} \
+    KT_RESUME_DB=bench/results/2026-12-06-h100-decode-tuning-h100-mla-m64-s21c.sqlite KT_MOE_BATCHES=none \
+    KT_REQUIRE_HW=h100 KT_ATTN_BATCHES= KT_SELFTEST_S=0
+  exec bash "$(dirname "$0")/h200_session_x.sh"
+fi
+if [ "$HW" != h200 ]; then echo "session 22 call A: no plan for this card: $HW"; exit 3; fi
 export KT_PLAN=bench/plans/s22_h200.json KT_WHAT=decode-tuning-s22a KT_TUNING_S=${KT_TUNING_S:-530} \
   KT_RESUME_DB=bench/results/2026-12-06-h200-decode-tuning-zn.sqlite KT_MOE_BATCHES=none KT_REQUIRE_HW=h200 \
   KT_ATTN_BATCHES= KT_SELFTEST_S=0

@@ -188,6 +188,17 @@ class Run(Base):
     speedup_ci_lo: Mapped[float | None] = mapped_column(Float)
     speedup_ci_hi: Mapped[float | None] = mapped_column(Float)
     frac_of_floor: Mapped[float | None] = mapped_column(Float)
+    # The bucket's incumbent timed beside this run in the same child (workers/bench.py): its winning run,
+    # its median here, and the ratio control / this run with its CI. No foreign key: evidence, kept even if
+    # that run goes (migration 0007).
+    control_run_id: Mapped[str | None] = mapped_column(String(36))
+    control_median_us: Mapped[float | None] = mapped_column(Float)
+    vs_control: Mapped[float | None] = mapped_column(Float)
+    vs_control_ci_lo: Mapped[float | None] = mapped_column(Float)
+    vs_control_ci_hi: Mapped[float | None] = mapped_column(Float)
+    # What winners rank by: the median in the incumbent's time base (median x the control run's ranked_us /
+    # the control's median here), or the median itself where no control ran (db/queries/runs.py).
+    ranked_us: Mapped[float | None] = mapped_column(Float)
     uses_library: Mapped[bool | None] = mapped_column(Boolean)
     wall_s: Mapped[float | None] = mapped_column(Float)  # the child's wall seconds: the GPU-seconds quota
     fingerprint_id: Mapped[str | None] = mapped_column(ForeignKey("device_fingerprints.id"))

@@ -155,6 +155,11 @@ class RunOut(BaseModel):
     speedup_ci_hi: float | None
     frac_of_floor: float | None
     uses_library: bool | None
+    control_run_id: str | None = Field(default=None, description="the incumbent run timed beside this one")
+    vs_control: float | None = Field(default=None, description="incumbent median / this median, same rounds")
+    vs_control_ci_lo: float | None = None
+    vs_control_ci_hi: float | None = None
+    ranked_us: float | None = Field(default=None, description="what winners rank by: the median in the incumbent's time base")
     fingerprint_id: str | None
     created_at: datetime
     started_at: datetime | None
@@ -223,6 +228,11 @@ class WinnerEvidence(BaseModel):
     speedup_ci_hi: float | None
     frac_of_floor: float | None
     uses_library: bool | None
+    control_run_id: str | None = Field(default=None, description="the incumbent run timed beside this one")
+    vs_control: float | None = Field(default=None, description="incumbent median / this median, same rounds")
+    vs_control_ci_lo: float | None = None
+    vs_control_ci_hi: float | None = None
+    ranked_us: float | None = Field(default=None, description="what winners rank by: the median in the incumbent's time base")
     check: dict[str, Any] | None
     bench: dict[str, Any] | None
     fingerprint: FingerprintOut | None

@@ -36,6 +36,9 @@ def _from_env(values: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
     raw = env.get("KT_AUTH_CACHE_SECONDS")
     if "auth_cache_seconds" not in out and raw:
         out["auth_cache_seconds"] = float(raw)
+    raw = env.get("KT_CONTROL_INCUMBENT")
+    if "control_incumbent" not in out and raw:
+        out["control_incumbent"] = raw.lower() not in ("0", "false", "no")
     raw = env.get("KT_MIGRATE_ON_STARTUP")
     if "migrate_on_startup" not in out and raw:
         out["migrate_on_startup"] = raw.lower() not in ("0", "false", "no")
@@ -59,6 +62,9 @@ class Settings(BaseModel):
     running_lease_seconds: int = Field(default=30, ge=5)
     sweep_interval_s: int = Field(default=10, ge=1)
     migrate_on_startup: bool = True
+    # Workers time the bucket's incumbent beside each challenger (workers/bench.py), so that a winner is
+    # decided head to head and not by medians from two sessions (db/queries/runs.py ranked_us).
+    control_incumbent: bool = True
     # How long the API trusts a token it verified without reading its row again (service/auth.py,
     # PrincipalCache). A revoke through the same API process applies at once; other API processes
     # refuse the revoked secret within this many seconds. 0: read the row on every request.

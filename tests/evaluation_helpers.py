@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kernels.backends.base import source_hash
 from kernels.slots.base import Shape
-from workers.protocol import BenchSettings, RunResult, RunSpec
+from workers.protocol import BenchSettings, ControlSpec, RunResult, RunSpec
 from workers.sandbox import evaluate
 
 CHEATS = Path(__file__).parent / "cheats"
@@ -26,13 +26,13 @@ INTERPRETED_BENCH = BenchSettings(warmup=0, min_rounds=3, max_rounds=3, min_time
 def run_source(source: str, data_dir: Path, *, language: str = "torch", m: int = 4, timeout_s: float = 60,
                bench: BenchSettings = QUICK_BENCH, declares_library: bool = False, seed: int = 7,
                memory_limit_mb: int = 8192, shape: Shape = SMALL, config: dict | None = None,
-               device: str = DEVICE) -> RunResult:
+               device: str = DEVICE, control: ControlSpec | None = None) -> RunResult:
     config = dict(config or {})
     run_id = f"test-{source_hash(source)[:8]}-m{m}-{source_hash(repr(sorted(config.items())))[:6]}"
     spec = RunSpec(run_id=run_id, slot=shape.slot, language=language, source=source,
                    source_hash=source_hash(source), config=config, shape=shape.to_json(), m=m, device=device,
                    seed=seed, bench=bench, timeout_s=timeout_s, declares_library=declares_library,
-                   memory_limit_mb=memory_limit_mb)
+                   memory_limit_mb=memory_limit_mb, control=control)
     result = evaluate(spec, data_dir=data_dir)
     # Every verdict must survive the trip to the DB and back.
     assert RunResult.model_validate_json(result.model_dump_json()) == result

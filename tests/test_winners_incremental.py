@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any, Callable
 
 import pytest
-from sqlalchemy import Engine, event, select, text, update
+from sqlalchemy import Engine, event, func, select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.models import NON_FAILING_VERDICTS, Run, Winner, utcnow
@@ -81,11 +81,22 @@ def by_definition(session: Session, key: Key) -> tuple[str | None, bool]:
                   and r.median_us is not None and r.fidelity == "full" and (r.variant_id, r.config_key) not in failed]
     if not candidates:
         return None, True
-    best = min(candidates, key=lambda r: (r.median_us, r.finished_at, r.id))
+    best = min(candidates, key=lambda r: (ranked(session, r), r.finished_at, r.id))
     return best.id, False
 
 
-def random_result(rng: random.Random, rid: str, run_result: Result, hardware: str) -> dict[str, Any]:
+def ranked(session: Session, run: Run) -> float:
+    """A run's rank time as the docstring defines it, recomputed here: its median, carried into the time base of
+    the incumbent timed beside it (that run's own rank time over the incumbent's median in these rounds)."""
+    if run.control_run_id is None or not run.control_median_us:
+        return float(run.median_us)  # type: ignore[arg-type]
+    control = session.get(Run, run.control_run_id)
+    assert control is not None and control.median_us is not None
+    return float(run.median_us) * ranked(session, control) / run.control_median_us  # type: ignore[arg-type]
+
+
+def random_result(rng: random.Random, rid: str, run_result: Result, hardware: str,
+                  timed: tuple[list[str], random.Random] | None = None) -> dict[str, Any]:
     verdict = rng.choice(["passed"] * 8 + ["compiled", "check_failed", "crashed", "timeout", "compile_failed",
                                            "rejected", "error"])
     # Few distinct medians and CIs on both sides of 1: ties (broken by finished_at, then id) and borderline
@@ -97,12 +108,19 @@ def random_result(rng: random.Random, rid: str, run_result: Result, hardware: st
         res["bench"]["median_us"] = None
     if res["bench"] is not None and rng.random() < 0.05:
         res["bench"]["speedup_ci_lo"] = None
+    # Timed beside an earlier run (an incumbent of some moment) in a session of another speed; drawn from a
+    # second generator, so the results above are the sequence they were before controls existed.
+    if timed and timed[0] and res["bench"] is not None and res["bench"]["median_us"] is not None:
+        earlier, crng = timed
+        if crng.random() < 0.4:
+            res["bench"].update(control_run_id=crng.choice(earlier), control_median_us=crng.choice([3.9, 5.0, 6.5]))
     return res
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+# controls: some results were timed beside an earlier run (ranked_us differs from the median)
+@pytest.mark.parametrize("seed,controls", [(1, False), (2, False), (3, False), (4, True), (5, True)])
 def test_random_results_keep_the_full_recompute_winner(session: Session, run_result: Result, seed: int,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+                                                       controls: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(seed)
     ids = make_runs(session, variants=2, configs=4, ms=(1, 3, 4, 5, 8), jobs=2)
     short = rng.sample(ids, len(ids) // 10)  # short timings (a search's first rung) never win
@@ -117,11 +135,16 @@ def test_random_results_keep_the_full_recompute_winner(session: Session, run_res
         return inner(*args, **kw)
 
     all_buckets = buckets(session)
+    timed: list[str] = []
+    crng = random.Random(seed + 1000)
     t0 = utcnow()
     for i, rid in enumerate(ids):
         now = t0 + timedelta(seconds=rng.choice([i, i, i - 1 if i else 0]))  # equal finished_at now and then
         monkeypatch.setattr(wq, "_recompute", counting)
-        assert record_result(session, rid, random_result(rng, rid, run_result, "cpu"), now=now)
+        res = random_result(rng, rid, run_result, "cpu", (timed, crng) if controls else None)
+        assert record_result(session, rid, res, now=now)
+        if res["bench"] is not None and res["bench"]["median_us"] is not None and res["verdict"] == "passed":
+            timed.append(rid)
         monkeypatch.setattr(wq, "_recompute", inner)
         for key, shape_name in all_buckets:
             got = stored(session, key)
@@ -129,10 +152,14 @@ def test_random_results_keep_the_full_recompute_winner(session: Session, run_res
                 assert by_definition(session, key) == (None, True)
                 continue
             assert got == full_recompute(session, key, shape_name) == by_definition(session, key), (i, key)
-    # The sequence went through the fallback more often than once per bucket (its first result), and
-    # crowned more than one winner.
-    assert len(fallbacks) > len(all_buckets)
+    # The sequence crowned a winner, and went through the fallback more often than once per bucket (its first
+    # result); with controls, some candidate's rank time was not its median (they changed the order).
     assert any(stored(session, key) != (None, True) for key, _ in all_buckets)
+    if controls:
+        assert session.scalar(select(func.count()).where(Run.verdict == "passed", Run.speedup_ci_lo > 1.0,
+                                                         Run.ranked_us != Run.median_us)) > 0
+    else:
+        assert len(fallbacks) > len(all_buckets)
 
 
 def test_winner_whose_config_fails_at_another_m_gives_way_to_the_next_best(session: Session,

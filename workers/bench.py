@@ -35,6 +35,10 @@ _bootstrap = stats.bootstrap_speedup_ci
 IMPLAUSIBLE_FRACTION = {"cuda": 0.85, "cpu": 0.4}
 
 
+class _ControlFailed(Exception):
+    """The incumbent raised while timed: it is left out and the rounds start again without it."""
+
+
 @dataclass
 class BenchContext:
     slot: Slot
@@ -46,6 +50,9 @@ class BenchContext:
     seed: int
     bandwidth_gbs: float
     verify: Callable[[], None]
+    # the bucket's incumbent built for this shape and M (RunSpec.control), timed in the same rounds
+    control_fn: Callable[..., None] | None = None
+    control_run_id: str | None = None
 
 
 def memory_budget_bytes(device: torch.device) -> int:
@@ -83,6 +90,7 @@ def run_bench(ctx: BenchContext) -> tuple[BenchStage, Trial]:
     outs = {"variant": [slot.alloc_outputs(shape, m, ctx.device) for _ in sets],
             "stock": [slot.alloc_outputs(shape, m, ctx.device) for _ in sets]}
     fns = {"variant": ctx.fn, "stock": slot.stock(shape, m)}
+    control_error = _add_control(ctx, sets[0], fns, outs)
 
     def runner(name: str) -> Callable[[int], None]:
         fn, out = fns[name], outs[name]
@@ -93,6 +101,8 @@ def run_bench(ctx: BenchContext) -> tuple[BenchStage, Trial]:
             except StreamEscape:
                 raise
             except Exception as exc:
+                if name == "control":
+                    raise _ControlFailed(f"{type(exc).__name__}: {exc}") from exc
                 if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
                     raise  # the CUDA timer names a failure during capture
                 raise Failure(Verdict.crashed, "variant_exception" if name == "variant" else "stock_exception",
@@ -105,9 +115,14 @@ def run_bench(ctx: BenchContext) -> tuple[BenchStage, Trial]:
     timer = timer_for(ctx.device, ctx.settings)
     # A stock that syncs with the host is timed eagerly where the timer captures graphs (CUDA).
     stock_captured = slot.stock_capturable or ctx.device.type != "cuda"
+    eager = frozenset() if stock_captured else frozenset({"stock"})
     try:
-        samples, written = timer.measure({n: runner(n) for n in fns}, poison, n_sets, ctx.settings,
-                                         frozenset() if stock_captured else frozenset({"stock"}))
+        try:
+            samples, written = timer.measure({n: runner(n) for n in fns}, poison, n_sets, ctx.settings, eager)
+        except _ControlFailed as exc:  # the incumbent's fault, never the variant's: time again without it
+            control_error = f"the incumbent raised while timed: {exc}"
+            del fns["control"]
+            samples, written = timer.measure({n: runner(n) for n in fns}, poison, n_sets, ctx.settings, eager)
     except StreamEscape as exc:
         raise Failure(Verdict.rejected, "stream_escape", str(exc)) from exc
     ctx.verify()
@@ -126,10 +141,34 @@ def run_bench(ctx: BenchContext) -> tuple[BenchStage, Trial]:
         baseline_median_us=b.median, baseline_p10_us=b.p10, baseline_p90_us=b.p90, baseline_cv=b.cv,
         speedup=b.median / max(v.median, 1e-6), speedup_ci_lo=lo, speedup_ci_hi=hi,
         floor_us=floor_us, frac_of_floor=floor_us / max(v.median, 1e-6),
-        bytes_moved=set_bytes, bandwidth_gbs=ctx.bandwidth_gbs)
+        bytes_moved=set_bytes, bandwidth_gbs=ctx.bandwidth_gbs,
+        control_run_id=ctx.control_run_id if ctx.control_fn is not None else None, control_error=control_error)
+    if "control" in samples:
+        c = _summarize(samples["control"])
+        lo_c, hi_c = _bootstrap(samples["variant"], samples["control"], resamples=ctx.settings.bootstrap, seed=ctx.seed)
+        stage.control_median_us = c.median
+        stage.vs_control, stage.vs_control_ci_lo, stage.vs_control_ci_hi = c.median / max(v.median, 1e-6), lo_c, hi_c
     implausible = IMPLAUSIBLE_FRACTION.get(ctx.device.type, 0.85)
     if v.median < implausible * floor_us:
         raise Failure(Verdict.rejected, "implausible_timing",
                       f"variant median {v.median:.2f} us is below {implausible} x the bandwidth floor "
                       f"{floor_us:.2f} us ({set_bytes} bytes at {ctx.bandwidth_gbs:.1f} GB/s)", bench=stage)
     return stage, timed_trial
+
+
+def _add_control(ctx: BenchContext, first_set: dict, fns: dict, outs: dict) -> str | None:
+    """Adds the incumbent to the timed implementations after one untimed call on the first input set; returns
+    why it was left out, if it was. Its outputs are not checked: it passed its own run, and here it is only a
+    clock reference for ranking (db/queries/runs.py ranked_us)."""
+    if ctx.control_fn is None:
+        return None
+    out = ctx.slot.alloc_outputs(ctx.shape, ctx.m, ctx.device)
+    try:
+        ctx.control_fn(**first_set, **out)
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize(ctx.device)
+    except Exception as exc:
+        return f"the incumbent raised on its first call: {type(exc).__name__}: {exc}"
+    fns["control"] = ctx.control_fn
+    outs["control"] = [ctx.slot.alloc_outputs(ctx.shape, ctx.m, ctx.device) for _ in outs["variant"]]
+    return None

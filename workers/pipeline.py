@@ -115,13 +115,20 @@ def run_in_child(spec: RunSpec, env: ChildEnv) -> RunResult:
         except CompileError as exc:
             result.compile = CompileStage(ok=False, log=str(exc))
             return _end(result, Verdict.compile_failed, "backend_unavailable", str(exc))
+        # the incumbent's backend too, while the phase is trusted (its import may be the first of that language)
+        control_backend: Any = None
+        if spec.control is not None:
+            try:
+                control_backend = get_backend(spec.control.language)
+            except CompileError as exc:
+                control_backend = f"the incumbent's backend is unavailable: {exc}"
         with lock.shared():
             if spec.language != "torch" and not spec.declares_library:
                 _warm_profiler(device)
         # 2. seal
         refusals = audit.install((env.workdir,))
         verify = _guarded(slot)
-        _stages(spec, env, result, slot, shape, device, backend, bandwidth, verify, lock)
+        _stages(spec, env, result, slot, shape, device, backend, bandwidth, verify, lock, control_backend)
     except Failure as f:
         _apply_failure(result, f)
     except tamper.Tampered as t:
@@ -147,7 +154,8 @@ def run_in_child(spec: RunSpec, env: ChildEnv) -> RunResult:
 
 
 def _stages(spec: RunSpec, env: ChildEnv, result: RunResult, slot: Slot, shape: Shape, device: torch.device,
-            backend: Any, bandwidth: float, verify: Callable[[], None], lock: DeviceLock) -> None:
+            backend: Any, bandwidth: float, verify: Callable[[], None], lock: DeviceLock,
+            control_backend: Any = None) -> None:
     # Compile holds no lock: it is host work (seconds for CuTe DSL) and would hold up every timed
     # phase waiting behind it. The check launches kernels, so it runs beside other checks only.
     compiled = _compile(spec, env, result, shape, device, backend, verify)
@@ -156,9 +164,13 @@ def _stages(spec: RunSpec, env: ChildEnv, result: RunResult, slot: Slot, shape: 
     module, built, filename = compiled
     with lock.shared():
         _check(spec, result, slot, shape, device, verify, module, built, filename)
+    control_fn, control_error = _build_control(spec, env, shape, device, verify, control_backend)
     with lock.exclusive():  # the timed phase has the device to itself
         bench, timed = run_bench(BenchContext(slot, shape, spec.m, device, built.fn, spec.bench,
-                                              derive_seed(spec.seed, "bench"), bandwidth, verify))
+                                              derive_seed(spec.seed, "bench"), bandwidth, verify,
+                                              control_fn, spec.control.run_id if spec.control else None))
+    if control_error:
+        bench.control_run_id, bench.control_error = spec.control.run_id if spec.control else None, control_error
     assert result.check is not None
     result.check.trials.append(timed)
     result.bench = bench
@@ -196,6 +208,29 @@ def _compile(spec: RunSpec, env: ChildEnv, result: RunResult, shape: Shape, devi
     result.compile = CompileStage(ok=True, seconds=time.perf_counter() - t0, cache_hit=built.cache_hit,
                                   log=built.log[-8000:], backend=backend.version())
     return module, built, filename
+
+
+def _build_control(spec: RunSpec, env: ChildEnv, shape: Shape, device: torch.device, verify: Callable[[], None],
+                   backend: Any) -> tuple[Callable[..., None] | None, str | None]:
+    """The incumbent (spec.control) built for this shape and M, or why it could not be. Its failure is never
+    the variant's: the run is then timed against stock alone and ranked by its own median."""
+    control = spec.control
+    if control is None:
+        return None, None
+    if isinstance(backend, str):
+        return None, backend
+    t0 = time.perf_counter()
+    try:
+        module = load_module(control.source, f"kt_control_{control.source_hash[:12]}",
+                             f"{env.workdir}/control_{control.source_hash[:12]}.py")
+        verify()
+        built = backend.build(module, dict(control.config), shape.as_build_arg(spec.m), device)
+        verify()
+    except (tamper.Tampered, Failure):
+        raise
+    except Exception as exc:
+        return None, f"the incumbent did not build ({time.perf_counter() - t0:.1f} s): {type(exc).__name__}: {exc}"[:2000]
+    return built.fn, None
 
 
 def _check(spec: RunSpec, result: RunResult, slot: Slot, shape: Shape, device: torch.device,

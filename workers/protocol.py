@@ -38,6 +38,20 @@ class BenchSettings(BaseModel):
     bootstrap: int = Field(default=2000, ge=100, description="bootstrap resamples for the speedup CI")
 
 
+class ControlSpec(BaseModel):
+    """The bucket's incumbent (its winning run's variant and config), timed beside the variant in the same
+    child so that a challenger is ranked against it head to head, not against a median from another session
+    (workers/bench.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+    run_id: str = Field(description="the winning run whose variant and config this is")
+    language: Literal["torch", "triton", "cute"]
+    source: str
+    source_hash: str
+    config: dict[str, Any] = Field(default_factory=dict)
+    declares_library: bool = False
+
+
 class RunSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     run_id: str
@@ -55,6 +69,7 @@ class RunSpec(BaseModel):
     timeout_s: float = Field(default=300.0, gt=0)
     memory_limit_mb: int = Field(default=8192, ge=512, description="RLIMIT_AS, CPU devices only")
     declares_library: bool = False
+    control: ControlSpec | None = Field(default=None, description="the bucket's incumbent, timed beside the variant")
 
 
 class CompileStage(BaseModel):
@@ -107,6 +122,13 @@ class BenchStage(BaseModel):
     frac_of_floor: float
     bytes_moved: int
     bandwidth_gbs: float
+    # The incumbent timed in the same interleaved rounds (RunSpec.control); control_error when it could not be.
+    control_run_id: str | None = None
+    control_median_us: float | None = None
+    vs_control: float | None = Field(default=None, description="control median / variant median (> 1: the variant is faster)")
+    vs_control_ci_lo: float | None = None
+    vs_control_ci_hi: float | None = None
+    control_error: str | None = None
 
 
 class SandboxInfo(BaseModel):

@@ -16,13 +16,14 @@ from pathlib import Path
 from sqlalchemy.exc import OperationalError
 
 from db.queries import runs as run_queries
+from db.queries.winners import incumbent_run
 from db.session import session_scope
 from celery.signals import worker_ready
 
 from service.logging_setup import configure_json_logging, log_context
 from workers.celery_app import app
 from workers import replay_device
-from workers.protocol import BenchSettings, RunSpec
+from workers.protocol import BenchSettings, ControlSpec, RunSpec
 from workers.sandbox import evaluate
 
 log = logging.getLogger("kerneltune.worker")
@@ -41,13 +42,18 @@ def bench_for(fidelity: str) -> BenchSettings:
     return SHORT_BENCH if fidelity == "short" else BenchSettings()
 
 
-def _spec_for(run, timeout_s: float) -> RunSpec:
+def _spec_for(run, timeout_s: float, incumbent=None) -> RunSpec:
     variant = run.variant
+    control = None
+    if incumbent is not None:
+        iv = incumbent.variant
+        control = ControlSpec(run_id=incumbent.id, language=iv.language, source=iv.source, source_hash=iv.content_hash,
+                              config=incumbent.config, declares_library=bool(iv.declares_library))
     return RunSpec(
         run_id=run.id, slot=variant.slot, language=variant.language, source=variant.source,
         source_hash=variant.content_hash, config=run.config, shape=run.shape, m=run.m,
         device=worker_device(), seed=run.seed, timeout_s=timeout_s,
-        declares_library=bool(variant.declares_library), bench=bench_for(run.fidelity),
+        declares_library=bool(variant.declares_library), bench=bench_for(run.fidelity), control=control,
     )
 
 
@@ -107,7 +113,9 @@ def evaluate_run(self, run_id: str) -> str:
             request = replay_device.ReplayRequest(run_id=run.id, config=dict(run.config), shape=dict(run.shape),
                                                   m=run.m, seed=run.seed, fidelity=run.fidelity)
         else:
-            spec = _spec_for(run, settings.run_timeout_s)
+            # the bucket's incumbent is read at claim time, so the run is timed against today's winner
+            incumbent = incumbent_run(session, run) if settings.control_incumbent else None
+            spec = _spec_for(run, settings.run_timeout_s, incumbent)
     with log_context(run_id=run_id, job_id=job_id), LeaseHeartbeat(run_id, worker, settings.running_lease_seconds):
         if replay_device.is_replay(device):
             result = replay_device.answer(device, request)

@@ -1,4 +1,5 @@
-"""Leaderboard: per (slot, hardware, shape, M) the passing runs ranked by median time."""
+"""Leaderboard: per (slot, hardware, shape, M) the passing runs ranked as winners are (ranked_us: the median,
+carried into the incumbent's time base where the incumbent was timed beside the run)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def leaderboard(session: Session, *, slot: str | None = None, hardware: str | No
     """``shape`` matches a shape name or key. A (variant, config) appears once per group, with its best run."""
     q = (select(Run, Variant).join(Variant, Run.variant_id == Variant.id)
          .where(Run.status == "done", Run.verdict == "passed", Run.median_us.is_not(None))
-         .order_by(Run.slot, Run.hardware, Run.shape_key, Run.m, Run.median_us, Run.finished_at))
+         .order_by(Run.slot, Run.hardware, Run.shape_key, Run.m, Run.ranked_us, Run.finished_at))
     if slot is not None:
         q = q.where(Run.slot == slot)
     if hardware is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from db.models import VERDICTS, Run, utcnow
@@ -69,6 +69,19 @@ def _num(d: dict[str, Any], key: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def ranked_us(session: Session, bench: dict[str, Any]) -> float | None:
+    """What a run ranks by among its bucket's candidates (db/queries/winners.py): its median carried into the
+    time base of the incumbent it was timed beside, median x (control run's ranked_us / control's median in
+    this run). It ranks ahead of that incumbent exactly when it beat it in the same rounds, whatever the two
+    sessions' clocks did; the incumbent's own ranked_us chains further back. No control: its median."""
+    median = _num(bench, "median_us")
+    control_median = _num(bench, "control_median_us")
+    if median is None or not control_median or not bench.get("control_run_id"):
+        return median
+    base = session.scalar(select(func.coalesce(Run.ranked_us, Run.median_us)).where(Run.id == bench["control_run_id"]))
+    return median if base is None else median * float(base) / control_median
+
+
 def record_result(session: Session, run_id: str, result: Any, now: datetime | None = None) -> bool:
     """Store a RunResult (dict or pydantic model) if the run is still queued or running, then update
     the winner of its bucket (point lookups, whatever the bucket's size: db/queries/winners.py); one
@@ -102,6 +115,9 @@ def record_result(session: Session, run_id: str, result: Any, now: datetime | No
                 median_us=_num(bench, "median_us"), baseline_median_us=_num(bench, "baseline_median_us"),
                 speedup=_num(bench, "speedup"), speedup_ci_lo=_num(bench, "speedup_ci_lo"),
                 speedup_ci_hi=_num(bench, "speedup_ci_hi"), frac_of_floor=_num(bench, "frac_of_floor"),
+                control_run_id=bench.get("control_run_id"), control_median_us=_num(bench, "control_median_us"),
+                vs_control=_num(bench, "vs_control"), vs_control_ci_lo=_num(bench, "vs_control_ci_lo"),
+                vs_control_ci_hi=_num(bench, "vs_control_ci_hi"), ranked_us=ranked_us(session, bench),
                 uses_library=result.get("uses_library"), wall_s=_num(result, "child_wall_s"),
                 fingerprint_id=fingerprint_id,
                 lease_expires_at=None, finished_at=now)

@@ -2,8 +2,11 @@
 
 The winner of a bucket is the best *candidate*: a done run that passed, timed at full fidelity, whose
 speedup CI lies above 1 (beat stock beyond noise) and whose (variant, config) has no failing run for
-the same shape and hardware at any M of the bucket; best = lowest median, then earliest finished,
-then run id. With no candidate the stock kernel is the winner.
+the same shape and hardware at any M of the bucket; best = lowest ranked_us, then earliest finished,
+then run id. With no candidate the stock kernel is the winner. ranked_us is the median where the run
+was timed alone with stock, and the median in the time base of the incumbent it was timed beside where
+a worker timed one (db/queries/runs.py ranked_us): a challenger displaces the incumbent it was timed
+with exactly when it beat it in the same rounds.
 
 ``recompute_winner`` evaluates that definition over the whole bucket. ``update_winner`` (what every
 recorded result calls) gets the same answer from the current winner and the one new result, with
@@ -46,7 +49,7 @@ def failing_run(run: Any) -> Any:
 
 
 # Best first. Both paths sort with this, in SQL: ties, NULLs and string collation are the database's.
-_ORDER = (Run.median_us, Run.finished_at, Run.id)
+_ORDER = (Run.ranked_us, Run.finished_at, Run.id)
 
 
 def _passing(key: dict[str, str]) -> Any:
@@ -54,7 +57,8 @@ def _passing(key: dict[str, str]) -> Any:
     candidate test but for the failure check)."""
     return and_(*(getattr(Run, k) == v for k, v in key.items()),
                 Run.status == "done", Run.verdict == "passed", Run.speedup_ci_lo > 1.0,
-                Run.median_us.is_not(None), Run.fidelity == "full")  # a short timing is no evidence
+                Run.median_us.is_not(None), Run.ranked_us.is_not(None),
+                Run.fidelity == "full")  # a short timing is no evidence
 
 
 def _best_candidate(key: dict[str, str]) -> Select[tuple[Run]]:
@@ -145,6 +149,20 @@ def update_winner(session: Session, run: Run, now: datetime | None = None) -> Wi
     _set(winner, ranked[0] if ranked else None, run.shape_name, now)
     session.flush()
     return winner
+
+
+def incumbent_run(session: Session, run: Run) -> Run | None:
+    """The run whose (variant, config) a worker should time beside ``run``: its bucket's current winner, when
+    that is not stock, was timed in full, and is another (variant, config) than ``run``'s."""
+    winner_run_id = session.scalar(select(Winner.run_id).where(
+        Winner.slot == run.slot, Winner.shape_key == run.shape_key, Winner.batch_bucket == run.batch_bucket,
+        Winner.hardware == run.hardware, Winner.is_stock.is_(False)))
+    if winner_run_id is None:
+        return None
+    incumbent = session.scalars(select(Run).where(Run.id == winner_run_id).options(selectinload(Run.variant))).first()
+    if incumbent is None or (incumbent.variant_id, incumbent.config_key) == (run.variant_id, run.config_key):
+        return None
+    return incumbent
 
 
 def list_winners(session: Session, *, slot: str | None = None, hardware: str | None = None) -> list[Winner]:
