@@ -15,8 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 from collections import defaultdict
+import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import results_files  # noqa: E402  (bench/results_files.py: variant id -> shipped file, along the resume chain)
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -28,7 +32,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     table = json.loads(Path(args.results).read_text())
-    files = {int(k): v for k, v in table["variant_files"].items()}
+    files = results_files.variant_files(table)
     shapes, batches = args.shapes.split(","), {int(m) for m in args.batches.split(",")}
     ranks = {int(r) for r in args.ranks.split(",")}
     winners = {(w["shape_name"], w["batch_bucket"]): w["evidence"] for w in table["winners"]
