@@ -7,15 +7,16 @@
 # the 600 s a command may take. Both plans ran on the H100 (tables ZX-ZZ, s21b/s21c): there, the call re-times the
 # H100 table's runners-up of the three projections at M = 1, 4, 16 (bench/plans/rerank_h100_s22.json, from
 # bench/plans/make_rerank.py), each beside the winner it trails (the worker's incumbent control), resumed from table
-# s21c, so its near-ties (1-3% apart, measured in different sessions) are decided head to head.
+# s21c, so its near-ties (1-3% apart, measured in different sessions) are decided head to head (done: table
+# 2026-12-06-h100-decode-tuning-h100-rerank-s22a; KT_RERANK=1 runs it again, else an H100 does nothing).
 HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
-if [ "$HW" = h100 ]; then
+if [ "$HW" = h100 ] && [ "${KT_RERANK:-0}" = 1 ]; then
   export KT_PLAN=bench/plans/rerank_h100_s22.json KT_WHAT=decode-tuning-h100-rerank-s22a KT_TUNING_S=${KT_TUNING_S:-240} \
     KT_RESUME_DB=bench/results/2026-12-06-h100-decode-tuning-h100-mla-m64-s21c.sqlite KT_MOE_BATCHES=none \
     KT_REQUIRE_HW=h100 KT_ATTN_BATCHES= KT_SELFTEST_S=0
   exec bash "$(dirname "$0")/h200_session_x.sh"
 fi
-if [ "$HW" != h200 ]; then echo "session 22 call A: no plan for this card: $HW"; exit 3; fi
+if [ "$HW" != h200 ]; then echo "session 22 call A: nothing to do on this card: $HW"; exit 0; fi
 export KT_PLAN=bench/plans/s22_h200.json KT_WHAT=decode-tuning-s22a KT_TUNING_S=${KT_TUNING_S:-530} \
   KT_RESUME_DB=bench/results/2026-12-06-h200-decode-tuning-zn.sqlite KT_MOE_BATCHES=none KT_REQUIRE_HW=h200 \
   KT_ATTN_BATCHES= KT_SELFTEST_S=0
