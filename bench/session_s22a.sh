@@ -2,7 +2,7 @@
 # Device call A of session 22 (carry .whl2 and .cutexz). On an H200: the two plans no H200 has run, in one
 # service run resumed from table ZN (the table of record), so the new table holds both: the mla_norms_gemm slot
 # (bench/plans/mla_norms_s21.json plus the 64-row tiles of mla_norms_m64_s21c.json at M = 64) and the ring GEMV
-# (bench/plans/zs_all.json, session ZU's plan). Combined as bench/plans/s22_h200.json (163 runs). The attention block,
+# (the H100 best 4 ring configs per bucket, bench/plans/make_s22_h200.py says why not all of ZU's plan). The attention block,
 # self-test and decode layer run in call B (bench/session_s22b.sh) from this call's table, to keep each call under
 # the 600 s a command may take. Both plans ran on the H100 (tables ZX-ZZ, s21b/s21c): there, the call re-times the
 # H100 table's runners-up of the three projections at M = 1, 4, 16 (bench/plans/rerank_h100_s22.json, from
@@ -17,7 +17,7 @@ if [ "$HW" = h100 ] && [ "${KT_RERANK:-0}" = 1 ]; then
   exec bash "$(dirname "$0")/h200_session_x.sh"
 fi
 if [ "$HW" != h200 ]; then echo "session 22 call A: nothing to do on this card: $HW"; exit 0; fi
-export KT_PLAN=bench/plans/s22_h200.json KT_WHAT=decode-tuning-s22a KT_TUNING_S=${KT_TUNING_S:-530} \
+export KT_PLAN=bench/plans/s22_h200.json KT_WHAT=decode-tuning-s22a KT_TUNING_S=${KT_TUNING_S:-480} \
   KT_RESUME_DB=bench/results/2026-12-06-h200-decode-tuning-zn.sqlite KT_MOE_BATCHES=none KT_REQUIRE_HW=h200 \
   KT_ATTN_BATCHES= KT_SELFTEST_S=0
 bash "$(dirname "$0")/h200_session_x.sh"
