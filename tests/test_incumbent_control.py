@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from db.models import Run, Winner
@@ -164,3 +164,12 @@ def test_the_worker_task_times_the_bucket_winner_beside_a_challenger(session: Se
     session.expire_all()
     plain = session.get(Run, again)
     assert plain is not None and plain.control_run_id is None and plain.ranked_us == plain.median_us
+    monkeypatch.setenv("KT_CONTROL_INCUMBENT", "1")  # a short timing (a search's first rung) never wins: no control
+    [short] = create_job(session, variant=run.variant, deployment=dep.model_dump(mode="json"), model_name=dep.model_name,
+                         hardware="cpu", configs_requested="all", shape_filter=None, submitted_by="alice",
+                         plan=[PlannedRun({}, ConfigSpace.canonical({}), shape, 1)], queued_lease_seconds=3600)[1]
+    session.execute(update(Run).where(Run.id == short).values(fidelity="short"))
+    session.commit()
+    assert evaluate_run(short) == "passed"
+    session.expire_all()
+    assert session.get(Run, short).control_run_id is None  # type: ignore[union-attr]

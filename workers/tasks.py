@@ -113,8 +113,10 @@ def evaluate_run(self, run_id: str) -> str:
             request = replay_device.ReplayRequest(run_id=run.id, config=dict(run.config), shape=dict(run.shape),
                                                   m=run.m, seed=run.seed, fidelity=run.fidelity)
         else:
-            # the bucket's incumbent is read at claim time, so the run is timed against today's winner
-            incumbent = incumbent_run(session, run) if settings.control_incumbent else None
+            # The bucket's incumbent is read at claim time, so the run is timed against today's winner; a short
+            # timing (a search's first rung) can never win, so it is not worth the incumbent's build.
+            control = settings.control_incumbent and run.fidelity == "full"
+            incumbent = incumbent_run(session, run) if control else None
             spec = _spec_for(run, settings.run_timeout_s, incumbent)
     with log_context(run_id=run_id, job_id=job_id), LeaseHeartbeat(run_id, worker, settings.running_lease_seconds):
         if replay_device.is_replay(device):
