@@ -52,6 +52,9 @@ class RunVerdict(BaseModel):
     us: float | None = Field(default=None, description="median microseconds per call")
     stock_us: float | None = None
     frac_of_floor: float | None = Field(default=None, description="bandwidth floor time / variant time")
+    vs_incumbent: float | None = Field(default=None, description="the bucket's winner's time / this time, timed "
+                                       "in the same rounds (> 1: this run is faster); None: no winner to time beside")
+    ranked_us: float | None = Field(default=None, description="what winners rank by: us in the incumbent's time base")
     source_line: str | None = Field(default=None, description="the variant source line the error points at")
     failed_trial: str | None = Field(default=None, description="which check trial failed (fresh, same_buffers_..)")
     mismatches: list[Mismatch] = Field(default_factory=list, description="first mismatching output elements")
@@ -79,6 +82,8 @@ class SpeedCell(BaseModel):
     frac_of_floor: float | None
     config: dict[str, Any]
     versus_stock: str = Field(description="faster | slower | within noise (speedup CI vs 1)")
+    versus_incumbent: str | None = Field(default=None, description="faster | slower | within noise: against the "
+                                         "bucket's winner timed in the same rounds (None: no winner to time beside)")
     passed_configs: int
     tried_configs: int
 
@@ -168,6 +173,7 @@ def verdict_of(run: Run, source: str | None = None, max_mismatches: int = 3) -> 
         reason=None if passed or not reason else reason[:REASON_CHARS],
         speedup=_r(_num(run, "speedup")), speedup_ci=_ci(run), us=_r(_num(run, "median_us")),
         stock_us=_r(_num(run, "baseline_median_us")), frac_of_floor=_r(_num(run, "frac_of_floor")),
+        vs_incumbent=_r(_num(run, "vs_control")), ranked_us=_r(_num(run, "ranked_us")),
         source_line=None if passed else source_line(source, error_line(run)),
         failed_trial=None if passed else failed_trial, mismatches=[] if passed else mism)
 
@@ -218,13 +224,18 @@ def _speed_cells(runs: list[Run]) -> list[SpeedCell]:
         ok = [r for r in rs if r.get("verdict") == "passed" and _num(r, "speedup") is not None]
         if not ok:
             continue
-        # Fastest first, as the leaderboard and the winner rule rank (DESIGN.md: "the fastest run").
-        best = min(ok, key=lambda r: (_num(r, "median_us") or float("inf"), -(_num(r, "speedup") or 0.0)))
+        # Fastest first, as the leaderboard and the winner rule rank: by ranked_us (the median in the time base of
+        # the incumbent the run was timed beside), the median where the run has none.
+        best = min(ok, key=lambda r: (_num(r, "ranked_us") or _num(r, "median_us") or float("inf"),
+                                      -(_num(r, "speedup") or 0.0)))
         ci, sp = _ci(best), _num(best, "speedup")
+        vs_inc = _num(best, "vs_control")
         out.append(SpeedCell(shape=shape, m=m, speedup=_r(sp), speedup_ci=ci, us=_r(_num(best, "median_us")),
                              stock_us=_r(_num(best, "baseline_median_us")),
                              frac_of_floor=_r(_num(best, "frac_of_floor")), config=dict(best.get("config") or {}),
                              versus_stock=versus_stock(ci, sp), passed_configs=len(ok),
+                             versus_incumbent=None if vs_inc is None else versus_stock(
+                                 ci_for_display(_num(best, "vs_control_ci_lo"), _num(best, "vs_control_ci_hi")), vs_inc),
                              tried_configs=len({config_key(r.get("config") or {}) for r in rs})))
     return out
 

@@ -28,7 +28,9 @@ def render(path: Path) -> Path:
     if what.startswith("kerneltune pipeline runs"):
         text = pipeline_runs.markdown(data, data["rows"])
     elif what.startswith("kerneltune service tuning"):
-        text = service_tuning.markdown(data, data["summary"])
+        # the summary again from the winners and leaderboard the file holds: a column added since (the winner's
+        # ratio to the incumbent it displaced) is filled from the evidence the file already has
+        text = service_tuning.markdown(data, service_tuning.summarise(data["winners"], data["leaderboard"]))
     elif str(data.get("header", {}).get("command", "")).startswith("bench/latency_floor.py"):
         text = _latency_floor_markdown(data)
     else:

@@ -207,6 +207,9 @@ def summarise(winners: list[dict[str, Any]], board: list[dict[str, Any]]) -> dic
             "speedup": 1.0 if w["is_stock"] else ev.get("speedup"),
             "ci": None if w["is_stock"] else [ev.get("speedup_ci_lo"), ev.get("speedup_ci_hi")],
             "frac_of_floor": ev.get("frac_of_floor"), "m": ev.get("m"),
+            # the incumbent it displaced, timed in the same rounds (the worker's control): its time / the winner's
+            "vs_incumbent": None if w["is_stock"] or ev.get("vs_control") is None else
+            [ev.get("vs_control"), ev.get("vs_control_ci_lo"), ev.get("vs_control_ci_hi")],
         }
     for (slot, shape, m), e in best_by_m.items():
         if m in SMALL_M:
@@ -222,9 +225,11 @@ def markdown(header: dict[str, Any], summary: dict[str, Any]) -> str:
     lines = [f"# {header['what']}", "", f"- date: {header['date']}; device: {header['device']}; "
              f"commit: `{header['commit']}`", f"- command: `{header['command']}`",
              "- source: the service's winners table (GET /v1/winners) after the plan's jobs ran on the "
-             "worker; speedups are against the stock kernel timed in the same child process", "",
-             "| slot/shape | bucket | winner | us | stock us | speedup [95% CI] | of HBM floor |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "worker; speedups are against the stock kernel timed in the same child process; a winner timed beside the "
+             "incumbent it displaced gives that incumbent's time / its own, same rounds (its us then comes from another "
+             "session than the incumbent's, and the table ranks it by the head-to-head ratio)", "",
+             "| slot/shape | bucket | winner | us | stock us | speedup [95% CI] | of HBM floor | vs incumbent [95% CI] |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for key, entry in sorted(summary.items()):
         for bucket, b in sorted(entry["buckets"].items(), key=lambda kv: int(kv[0].split("-")[0])):
             ci = "-" if not b["ci"] else f"[{b['ci'][0]:.2f}, {b['ci'][1]:.2f}]"
@@ -232,9 +237,11 @@ def markdown(header: dict[str, Any], summary: dict[str, Any]) -> str:
             stock = "-" if b["stock_us"] is None else f"{b['stock_us']:.2f}"
             floor = "-" if b["frac_of_floor"] is None else f"{100 * b['frac_of_floor']:.0f}%"
             sp = "-" if b["speedup"] is None else f"{b['speedup']:.2f}"
-            lines.append(f"| {key} | {bucket} | {b['winner']} | {us} | {stock} | {sp} {ci} | {floor} |")
+            inc = b.get("vs_incumbent")
+            vs = "-" if not inc else (f"{inc[0]:.3f}" + ("" if inc[1] is None else f" [{inc[1]:.3f}, {inc[2]:.3f}]"))
+            lines.append(f"| {key} | {bucket} | {b['winner']} | {us} | {stock} | {sp} {ci} | {floor} | {vs} |")
         gm = entry.get("geomean_speedup_m1_16")
-        lines.append(f"| {key} | geomean M=1-16 | | | | {'-' if gm is None else f'{gm:.2f}x'} | |")
+        lines.append(f"| {key} | geomean M=1-16 | | | | {'-' if gm is None else f'{gm:.2f}x'} | | |")
     return "\n".join(lines) + "\n"
 
 

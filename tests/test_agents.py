@@ -164,7 +164,7 @@ def test_mcp_stdio_full_loop(stack: EmbeddedStack, tmp_path: Path) -> None:
     runs = out["runs"]["runs"]
     assert out["runs"]["total"] == 6 and len(runs) == 6
     assert all(r["verdict"] == "passed" and r["speedup"] > 0 and r["reason"] is None for r in runs)
-    fastest = {m: min((r for r in runs if r["m"] == m), key=lambda r: r["us"]) for m in (1, 4)}
+    fastest = {m: min((r for r in runs if r["m"] == m), key=lambda r: r["ranked_us"]) for m in (1, 4)}
     for m, r in fastest.items():  # the summary's cell is the fastest run, as the leaderboard ranks
         assert (cells[("q_b_proj", m)]["us"], cells[("q_b_proj", m)]["speedup"]) == (r["us"], r["speedup"])
 

@@ -1,7 +1,7 @@
 """Fault injection against the real service (uvicorn API, celery workers, Redis, PostgreSQL; SQLite
 for the embedded default). Each test ends by printing what it did and what it counted.
 
-- 50 worker SIGKILLs at random moments over a long job: every run done exactly once;
+- 30 worker SIGKILLs at random moments over a long job: every run done exactly once (KT_FAULT_KILLS for a longer soak);
 - Redis restarted (empty) mid-job: clear 503 from readiness, no 500 on submission, work resumes;
 - PostgreSQL restarted mid-job: 503 database_unavailable, then recovery through the worker's retry;
 - the API SIGKILLed mid-submission: a retry with the same Idempotency-Key yields exactly one job;
@@ -35,7 +35,9 @@ pytestmark = pytest.mark.services
 
 PG_CLUSTER = os.environ.get("KT_TEST_PG_CLUSTER", "15 main").split()
 SEED = int(os.environ.get("KT_FAULT_SEED", str(int(time.time()))))
-KILLS = int(os.environ.get("KT_FAULT_KILLS", "50"))
+# 30 by default (was 50): the storm was the suite's longest test (3-6 min of a 2-core CI machine); 30 random kills
+# still land ~20 mid-run across compile, check and bench. KT_FAULT_KILLS=200 makes it a soak.
+KILLS = int(os.environ.get("KT_FAULT_KILLS", "30"))
 # Each replacement worker costs ~5 CPU-s to start (Celery, then its zygote imports torch), so the
 # storm's pace is set by CPU: ~3 min on an idle 2-core machine, longer when it is shared.
 STORM_BUDGET_S = float(os.environ.get("KT_FAULT_STORM_BUDGET_S", "600"))
@@ -95,7 +97,7 @@ def _wait_some_done(live: LiveService, job_id: int, n: int = 1, timeout_s: float
 # --- workers --------------------------------------------------------------------------------------
 
 def test_worker_sigkill_storm(live: LiveService) -> None:
-    """KT_FAULT_KILLS (50) SIGKILLs, each of a worker that holds a run, at a random moment after its claim; a fresh
+    """KT_FAULT_KILLS (30) SIGKILLs, each of a worker that holds a run, at a random moment after its claim; a fresh
     worker replaces each one, started as its victim is chosen (before the random wait). Two workers run at
     once (three while a replacement starts) so work goes on while a replacement starts."""
     rng = random.Random(SEED)
