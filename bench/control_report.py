@@ -87,8 +87,9 @@ def main() -> None:
     path = Path(args.results)
     table = json.loads(path.read_text())
     job_ids = [int(j["job_id"]) for j in table["jobs"] if j.get("job_id") is not None]
-    # read only: the DB is a committed results file, and a read-write connection may change its journal mode
-    engine = make_engine(f"sqlite:///file:{path.with_suffix('.sqlite').resolve()}?mode=ro&uri=true")
+    # read only and immutable: the DB is a committed results file; a plain read-only open of a WAL-mode file
+    # still leaves -shm and -wal files beside it
+    engine = make_engine(f"sqlite:///file:{path.with_suffix('.sqlite').resolve()}?mode=ro&immutable=1&uri=true")
     with Session(engine) as session:
         data = rows(session, job_ids)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()

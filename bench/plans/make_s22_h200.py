@@ -28,7 +28,7 @@ m64 = json.loads(Path("bench/plans/mla_norms_m64_s21c.json").read_text())
 variants = list(mla["variants"]) + [{**v, "batch_sizes": [64]} for v in m64["variants"] if v["language"] != "torch"]
 
 ids = [v for v, f in results_files.variant_files(json.loads(H100.with_suffix(".json").read_text())).items() if f == RING]
-db = sqlite3.connect(f"file:{H100.with_suffix('.sqlite')}?mode=ro", uri=True)
+db = sqlite3.connect(f"file:{H100.with_suffix('.sqlite')}?mode=ro&immutable=1", uri=True)
 best: dict[tuple[str, int], list[dict]] = defaultdict(list)
 for shape, m, key in db.execute(
         f"SELECT shape_name, m, config_key FROM runs WHERE variant_id IN ({','.join('?' * len(ids))}) AND status = 'done'"
