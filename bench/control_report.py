@@ -48,7 +48,9 @@ def rows(session: Session, job_ids: list[int]) -> list[dict[str, Any]]:
             "incumbent_ranked_us": incumbent.ranked_us, "speedup_ci_lo": run.speedup_ci_lo,
             "holds_bucket": holder == run.id,
             "by_median": "displaces" if (run.median_us or 0) < (incumbent.median_us or 0) else "keeps",
-            "head_to_head": "displaces" if (run.ranked_us or 0) < (incumbent.ranked_us or 0) else "keeps"})
+            "head_to_head": "displaces" if (run.ranked_us or 0) < (incumbent.ranked_us or 0) else "keeps",
+            # ranked under the rule before a win had to clear the CI (db/queries/runs.py ranked_us, session 22)
+            "within_noise": run.vs_control_ci_lo is not None and run.vs_control_ci_lo <= 1.0 < (run.vs_control or 0)})
     return out
 
 
@@ -69,7 +71,9 @@ def markdown(header: dict[str, Any], data: list[dict[str, Any]]) -> str:
             f"| {r['shape']} | {r['m']} | v{r['variant_id']} {cfg(r['config'])} | {r['median_us']:.2f} | "
             f"v{r['incumbent_variant_id']} {cfg(r['incumbent_config'])} | {r['incumbent_here_us']:.2f} / "
             f"{r['incumbent_own_us']:.2f} | {r['vs_control']:.3f} [{lo:.3f}, {hi:.3f}] | {r['ranked_us']:.2f} "
-            f"({r['incumbent_ranked_us']:.2f}) | **{r['head_to_head']}**{' (holds the bucket)' if r['holds_bucket'] else ''} "
+            f"({r['incumbent_ranked_us']:.2f}) | **{r['head_to_head']}**"
+            f"{' inside its CI (keeps, by the rule since 2026-12-06)' if r['within_noise'] and r['head_to_head'] == 'displaces' else ''}"
+            f"{' (holds the bucket)' if r['holds_bucket'] else ''} "
             f"| {r['by_median']} |")
     flips = sum(r["head_to_head"] != r["by_median"] for r in data)
     drift = [r["incumbent_here_us"] / r["incumbent_own_us"] - 1 for r in data if r["incumbent_own_us"]]

@@ -107,6 +107,21 @@ def test_head_to_head_decides_across_sessions(session: Session, run_result: Resu
     assert sorted(board, key=board.__getitem__) == [b, a, c]
 
 
+def test_a_win_inside_the_head_to_head_ci_keeps_the_incumbent(session: Session, run_result: Result) -> None:
+    """As a winner must beat stock beyond noise, a challenger displaces the incumbent it was timed beside only
+    beyond noise: a 2% win with a CI reaching below 1 ranks level with the incumbent, which keeps the bucket."""
+    a, b, c = make_runs(session, variants=1, configs=3, ms=(1,), jobs=1)
+    record_result(session, a, run_result(a, median_us=5.0))
+    res = _with_control(run_result(b, median_us=4.9), a, 5.0)
+    res["bench"].update(vs_control_ci_lo=0.99, vs_control_ci_hi=1.05)
+    record_result(session, b, res)
+    assert _winner(session) == a and session.get(Run, b).ranked_us == pytest.approx(5.0)
+    res = _with_control(run_result(c, median_us=4.9), a, 5.0)
+    res["bench"].update(vs_control_ci_lo=1.01, vs_control_ci_hi=1.05)
+    record_result(session, c, res)
+    assert _winner(session) == c and session.get(Run, c).ranked_us == pytest.approx(4.9)
+
+
 def test_incumbent_run_is_the_current_winner_of_another_config(session: Session, run_result: Result) -> None:
     a, b = make_runs(session, variants=1, configs=2, ms=(1,), jobs=1)
     a2, = make_runs(session, variants=1, configs=1, ms=(1,), jobs=1)  # the same (variant, config) as a, new job

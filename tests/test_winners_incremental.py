@@ -92,7 +92,10 @@ def ranked(session: Session, run: Run) -> float:
         return float(run.median_us)  # type: ignore[arg-type]
     control = session.get(Run, run.control_run_id)
     assert control is not None and control.median_us is not None
-    return float(run.median_us) * ranked(session, control) / run.control_median_us  # type: ignore[arg-type]
+    base = ranked(session, control)
+    value = float(run.median_us) * base / run.control_median_us  # type: ignore[arg-type]
+    # a win inside the head-to-head CI ranks level with the incumbent
+    return max(value, base) if run.vs_control_ci_lo is not None and run.vs_control_ci_lo <= 1.0 else value
 
 
 def random_result(rng: random.Random, rid: str, run_result: Result, hardware: str,
@@ -113,7 +116,8 @@ def random_result(rng: random.Random, rid: str, run_result: Result, hardware: st
     if timed and timed[0] and res["bench"] is not None and res["bench"]["median_us"] is not None:
         earlier, crng = timed
         if crng.random() < 0.4:
-            res["bench"].update(control_run_id=crng.choice(earlier), control_median_us=crng.choice([3.9, 5.0, 6.5]))
+            res["bench"].update(control_run_id=crng.choice(earlier), control_median_us=crng.choice([3.9, 5.0, 6.5]),
+                                vs_control_ci_lo=crng.choice([None, 0.97, 1.0, 1.03]))
     return res
 
 

@@ -72,14 +72,20 @@ def _num(d: dict[str, Any], key: str) -> float | None:
 def ranked_us(session: Session, bench: dict[str, Any]) -> float | None:
     """What a run ranks by among its bucket's candidates (db/queries/winners.py): its median carried into the
     time base of the incumbent it was timed beside, median x (control run's ranked_us / control's median in
-    this run). It ranks ahead of that incumbent exactly when it beat it in the same rounds, whatever the two
-    sessions' clocks did; the incumbent's own ranked_us chains further back. No control: its median."""
+    this run), whatever the two sessions' clocks did; the incumbent's own ranked_us chains further back. It
+    ranks ahead of that incumbent only when it beat it beyond noise (the ratio's CI above 1), as a winner must
+    beat stock: a win inside the CI ranks level with the incumbent, which keeps the bucket (it finished first),
+    so a tie does not change the kernel the export ships. No control: its median."""
     median = _num(bench, "median_us")
     control_median = _num(bench, "control_median_us")
     if median is None or not control_median or not bench.get("control_run_id"):
         return median
     base = session.scalar(select(func.coalesce(Run.ranked_us, Run.median_us)).where(Run.id == bench["control_run_id"]))
-    return median if base is None else median * float(base) / control_median
+    if base is None:
+        return median
+    ranked = median * float(base) / control_median
+    lo = _num(bench, "vs_control_ci_lo")
+    return max(ranked, float(base)) if lo is not None and lo <= 1.0 else ranked
 
 
 def record_result(session: Session, run_id: str, result: Any, now: datetime | None = None) -> bool:
