@@ -6,7 +6,7 @@ the same shape and hardware at any M of the bucket; best = lowest ranked_us, the
 then run id. With no candidate the stock kernel is the winner. ranked_us is the median where the run
 was timed alone with stock, and the median in the time base of the incumbent it was timed beside where
 a worker timed one (db/queries/runs.py ranked_us): a challenger displaces the incumbent it was timed
-with exactly when it beat it in the same rounds.
+with exactly when it beat it beyond noise in the same rounds (a win inside the CI ranks level).
 
 ``recompute_winner`` evaluates that definition over the whole bucket. ``update_winner`` (what every
 recorded result calls) gets the same answer from the current winner and the one new result, with
