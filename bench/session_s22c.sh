@@ -10,6 +10,7 @@ KT_PLAN=bench/plans/mla_norms_s21.json KT_WHAT=decode-tuning-mla-s22c KT_TUNING_
   KT_RESUME_DB=bench/results/2026-12-06-h200-decode-tuning-zn.sqlite KT_MOE_BATCHES=none KT_REQUIRE_HW=h200 \
   KT_ATTN_BATCHES=1,4,16 KT_ATTN_TIMEOUT_S=${KT_ATTN_TIMEOUT_S:-100} KT_SELFTEST_S=${KT_SELFTEST_S:-45} \
   KT_SELFTEST_ARGS="--slot mla_norms_gemm --rounds 10" bash "$(dirname "$0")/h200_session_x.sh"
+rm -f "$OUT"/*.whl  # self-tested above; at most 8 files come back
 W=$(ls -t "$OUT"/*-decode-tuning-mla-s22c.json | head -n1)
 mv "$OUT/run.log" "$OUT/run-mla.log"  # device_lib.sh below starts run.log afresh
 source "$(dirname "$0")/device_lib.sh"
