@@ -191,6 +191,11 @@ class LeaderboardEntry(BaseModel):
     frac_of_floor: float | None
     uses_library: bool | None
     beats_stock: bool = Field(description="speedup CI lies above 1")
+    ranked_us: float | None = Field(default=None, description="what the rank is by: the median in the time base of "
+                                    "the incumbent the run was timed beside (the median where none was)")
+    vs_control: float | None = Field(default=None, description="that incumbent's median / this median, same rounds")
+    vs_control_ci_lo: float | None = None
+    vs_control_ci_hi: float | None = None
 
 
 class LeaderboardGroup(BaseModel):

@@ -165,6 +165,24 @@ def test_leaderboard_and_winners(client: TestClient, run_result: Result) -> None
     ev = w["evidence"]
     assert ev["run_id"] == runs[64] and ev["content_hash"] == v["content_hash"] and ev["author"] == "alice"
     assert ev["fingerprint"]["id"] == "cpu-test-0" and len(ev["check"]["trials"]) == 2
+    # A run timed beside the incumbent (runs[64]) and beating it beyond noise: it leads the board and holds the
+    # bucket although its median is higher (a slower session), and both answers carry the head-to-head.
+    v2 = variant(client, source=SOURCE + "# another variant\n")
+    j3 = job(client, v2["id"], shapes=["o_proj"], configs=[{"BLOCK": 64}],
+             deployment={**DEPLOY, "batch_sizes": [1]}).json()["job"]
+    [challenger] = [x["id"] for x in client.get(f"/v1/jobs/{j3['id']}/runs").json()]
+    res = run_result(challenger, median_us=9.3)
+    res["bench"].update(control_run_id=runs[64], control_median_us=9.9, vs_control=9.9 / 9.3,
+                        vs_control_ci_lo=1.03, vs_control_ci_hi=1.09)
+    with session_of(client) as s:
+        record_result(s, challenger, res)
+    [group] = client.get("/v1/leaderboard", params={"slot": "dense_gemm", "hardware": "cpu", "shape": "o_proj"}).json()
+    assert [e["run_id"] for e in group["entries"]] == [runs[128], challenger, runs[64]]  # by ranked_us
+    entry = group["entries"][1]
+    assert (entry["vs_control_ci_lo"], entry["median_us"]) == (1.03, 9.3)
+    assert entry["ranked_us"] == 9.3 * 9.0 / 9.9
+    [w] = client.get("/v1/winners", params={"slot": "dense_gemm", "hardware": "cpu"}).json()
+    assert w["evidence"]["run_id"] == challenger and w["evidence"]["control_run_id"] == runs[64]
     # A stock winner: nothing beats stock for lm_head.
     j2 = job(client, v["id"], shapes=["lm_head"], configs=[{"BLOCK": 64}],
              deployment={**DEPLOY, "batch_sizes": [1]}).json()["job"]

@@ -1,4 +1,5 @@
-"""GET /v1/leaderboard: passing runs per (slot, hardware, shape, M), fastest first."""
+"""GET /v1/leaderboard: passing runs per (slot, hardware, shape, M), fastest first (by ranked_us: a run timed beside
+the incumbent is placed by that head-to-head, db/queries/runs.py)."""
 
 from __future__ import annotations
 
@@ -29,5 +30,6 @@ def get_leaderboard(session: SessionDep, slot: str | None = None, hardware: str 
                 baseline_median_us=e.run.baseline_median_us, speedup=e.run.speedup,
                 speedup_ci_lo=e.run.speedup_ci_lo, speedup_ci_hi=e.run.speedup_ci_hi,
                 frac_of_floor=e.run.frac_of_floor, uses_library=e.run.uses_library,
-                beats_stock=(e.run.speedup_ci_lo or 0.0) > 1.0) for e in g.entries])
+                beats_stock=(e.run.speedup_ci_lo or 0.0) > 1.0, ranked_us=e.run.ranked_us, vs_control=e.run.vs_control,
+                vs_control_ci_lo=e.run.vs_control_ci_lo, vs_control_ci_hi=e.run.vs_control_ci_hi) for e in g.entries])
         for g in groups]

@@ -111,6 +111,9 @@ function renderLeaderboard(groups) {
       cell(tr, num(e.speedup, 3), e.beats_stock ? "beats" : "");
       cell(tr, e.speedup_ci_lo === null ? "-" : `${num(e.speedup_ci_lo)}–${num(e.speedup_ci_hi)}`);
       cell(tr, e.frac_of_floor === null ? "-" : `${(100 * e.frac_of_floor).toFixed(1)}%`);
+      // the bucket's incumbent timed beside this run: its time / this run's (> 1: faster), with the 95% CI
+      cell(tr, e.vs_control == null ? "-" : `${num(e.vs_control, 3)}` +
+        (e.vs_control_ci_lo == null ? "" : ` (${num(e.vs_control_ci_lo, 3)}–${num(e.vs_control_ci_hi, 3)})`));
       cell(tr, e.agent ? `${e.author} / ${e.agent}` : e.author);
       body.appendChild(tr);
     }
