@@ -15,17 +15,11 @@ from sqlalchemy.orm import Session
 
 from db.models import Run
 from db.queries.runs import record_result
+from tests.test_incumbent_control import with_control
 from tests.test_winners_incremental import make_runs
 
 REPO = Path(__file__).resolve().parents[1]
 Result = Callable[..., dict[str, Any]]
-
-
-def _with_control(res: dict[str, Any], control_run_id: str, control_median_us: float, ci: tuple[float, float]) -> dict:
-    res["bench"].update(control_run_id=control_run_id, control_median_us=control_median_us,
-                        vs_control=control_median_us / res["bench"]["median_us"], vs_control_ci_lo=ci[0],
-                        vs_control_ci_hi=ci[1])
-    return res
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -34,9 +28,9 @@ def test_report_lists_each_head_to_head_and_what_a_median_ranking_would_do(sessi
     a, b, c = make_runs(session, variants=1, configs=3, ms=(1,), jobs=1)
     record_result(session, a, run_result(a, median_us=5.0))
     # b: slower session, beat a in its rounds (by median it would not have displaced a)
-    record_result(session, b, _with_control(run_result(b, median_us=5.3), a, 5.5, (1.02, 1.05)))
+    record_result(session, b, with_control(run_result(b, median_us=5.3), a, 5.5, (1.02, 1.05)))
     # c: faster session, lost to b in its rounds (by median it would have displaced b)
-    record_result(session, c, _with_control(run_result(c, median_us=4.9), b, 4.6, (0.92, 0.95)))
+    record_result(session, c, with_control(run_result(c, median_us=4.9), b, 4.6, (0.92, 0.95)))
     job_ids = sorted({r.job_id for r in session.query(Run)})
     db = Path(db_url.removeprefix("sqlite:///"))
     results = db.with_name("2026-12-06-cpu-decode-tuning-t.json")

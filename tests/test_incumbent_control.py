@@ -77,10 +77,13 @@ def test_an_unknown_incumbent_language_is_left_out(data_dir: Path) -> None:
     assert r.bench.control_median_us is None and r.bench.control_error
 
 
-def _with_control(res: dict[str, Any], control_run_id: str, control_median_us: float) -> dict[str, Any]:
+def with_control(res: dict[str, Any], control_run_id: str, control_median_us: float,
+                 ci: tuple[float, float] | None = None) -> dict[str, Any]:
+    """A harness result (conftest's run_result) as if timed beside ``control_run_id`` (no CI: the point estimate)."""
     b = res["bench"]
     b.update(control_run_id=control_run_id, control_median_us=control_median_us,
-             vs_control=control_median_us / b["median_us"], vs_control_ci_lo=None, vs_control_ci_hi=None)
+             vs_control=control_median_us / b["median_us"], vs_control_ci_lo=ci[0] if ci else None,
+             vs_control_ci_hi=ci[1] if ci else None)
     return res
 
 
@@ -96,10 +99,10 @@ def test_head_to_head_decides_across_sessions(session: Session, run_result: Resu
     a, b, c = make_runs(session, variants=1, configs=3, ms=(1,), jobs=1)
     record_result(session, a, run_result(a, median_us=5.0))
     assert _winner(session) == a
-    record_result(session, b, _with_control(run_result(b, median_us=5.3), a, 5.5))
+    record_result(session, b, with_control(run_result(b, median_us=5.3), a, 5.5))
     assert _winner(session) == b
     assert session.get(Run, b).ranked_us == pytest.approx(5.3 * 5.0 / 5.5)
-    record_result(session, c, _with_control(run_result(c, median_us=4.9), b, 4.6))
+    record_result(session, c, with_control(run_result(c, median_us=4.9), b, 4.6))
     assert _winner(session) == b
     # C's time base chains through B's to A's session
     assert session.get(Run, c).ranked_us == pytest.approx(4.9 * (5.3 * 5.0 / 5.5) / 4.6)
@@ -112,13 +115,9 @@ def test_a_win_inside_the_head_to_head_ci_keeps_the_incumbent(session: Session, 
     beyond noise: a 2% win with a CI reaching below 1 ranks level with the incumbent, which keeps the bucket."""
     a, b, c = make_runs(session, variants=1, configs=3, ms=(1,), jobs=1)
     record_result(session, a, run_result(a, median_us=5.0))
-    res = _with_control(run_result(b, median_us=4.9), a, 5.0)
-    res["bench"].update(vs_control_ci_lo=0.99, vs_control_ci_hi=1.05)
-    record_result(session, b, res)
+    record_result(session, b, with_control(run_result(b, median_us=4.9), a, 5.0, (0.99, 1.05)))
     assert _winner(session) == a and session.get(Run, b).ranked_us == pytest.approx(5.0)
-    res = _with_control(run_result(c, median_us=4.9), a, 5.0)
-    res["bench"].update(vs_control_ci_lo=1.01, vs_control_ci_hi=1.05)
-    record_result(session, c, res)
+    record_result(session, c, with_control(run_result(c, median_us=4.9), a, 5.0, (1.01, 1.05)))
     assert _winner(session) == c and session.get(Run, c).ranked_us == pytest.approx(4.9)
 
 
