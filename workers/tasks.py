@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sqlalchemy.exc import OperationalError
 
+from db.models import Run
 from db.queries import runs as run_queries
 from db.queries.winners import incumbent_run
 from db.session import session_scope
@@ -42,7 +43,7 @@ def bench_for(fidelity: str) -> BenchSettings:
     return SHORT_BENCH if fidelity == "short" else BenchSettings()
 
 
-def _spec_for(run, timeout_s: float, incumbent=None) -> RunSpec:
+def _spec_for(run: Run, timeout_s: float, incumbent: Run | None = None) -> RunSpec:
     variant = run.variant
     control = None
     if incumbent is not None:

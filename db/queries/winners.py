@@ -152,8 +152,8 @@ def update_winner(session: Session, run: Run, now: datetime | None = None) -> Wi
 
 
 def incumbent_run(session: Session, run: Run) -> Run | None:
-    """The run whose (variant, config) a worker should time beside ``run``: its bucket's current winner, when
-    that is not stock, was timed in full, and is another (variant, config) than ``run``'s."""
+    """The run whose (variant, config) a worker should time beside ``run``: its bucket's current winner (always
+    a full timing), when that is not stock and is another (variant, config) than ``run``'s."""
     winner_run_id = session.scalar(select(Winner.run_id).where(
         Winner.slot == run.slot, Winner.shape_key == run.shape_key, Winner.batch_bucket == run.batch_bucket,
         Winner.hardware == run.hardware, Winner.is_stock.is_(False)))
