@@ -128,7 +128,24 @@ class CancelOut(BaseModel):
     cancelled_runs: int
 
 
-class RunOut(BaseModel):
+class HeadToHead(BaseModel):
+    """A run's head-to-head with its bucket's incumbent (workers/bench.py) and what it ranks by (db/queries/runs.py
+    ranked_us): the same fields on a run, a leaderboard entry and a winner's evidence."""
+
+    control_run_id: str | None = Field(default=None, description="the incumbent run timed beside this one")
+    vs_control: float | None = Field(default=None, description="incumbent median / this median, same rounds")
+    vs_control_ci_lo: float | None = None
+    vs_control_ci_hi: float | None = None
+    ranked_us: float | None = Field(default=None, description="what winners and the leaderboard rank by: the median "
+                                    "in the incumbent's time base (the median where no incumbent was timed)")
+
+    @classmethod
+    def of(cls, run: Any) -> dict[str, Any]:
+        """The fields from a db.models.Run, to pass into an output model built by keyword."""
+        return {name: getattr(run, name) for name in HeadToHead.model_fields}
+
+
+class RunOut(HeadToHead):
     model_config = ConfigDict(from_attributes=True)
     id: str
     job_id: int
@@ -155,11 +172,6 @@ class RunOut(BaseModel):
     speedup_ci_hi: float | None
     frac_of_floor: float | None
     uses_library: bool | None
-    control_run_id: str | None = Field(default=None, description="the incumbent run timed beside this one")
-    vs_control: float | None = Field(default=None, description="incumbent median / this median, same rounds")
-    vs_control_ci_lo: float | None = None
-    vs_control_ci_hi: float | None = None
-    ranked_us: float | None = Field(default=None, description="what winners rank by: the median in the incumbent's time base")
     fingerprint_id: str | None
     created_at: datetime
     started_at: datetime | None
@@ -173,7 +185,7 @@ class RunDetail(RunOut):
     bench: dict[str, Any] | None
 
 
-class LeaderboardEntry(BaseModel):
+class LeaderboardEntry(HeadToHead):
     rank: int
     run_id: str
     job_id: int
@@ -191,11 +203,6 @@ class LeaderboardEntry(BaseModel):
     frac_of_floor: float | None
     uses_library: bool | None
     beats_stock: bool = Field(description="speedup CI lies above 1")
-    ranked_us: float | None = Field(default=None, description="what the rank is by: the median in the time base of "
-                                    "the incumbent the run was timed beside (the median where none was)")
-    vs_control: float | None = Field(default=None, description="that incumbent's median / this median, same rounds")
-    vs_control_ci_lo: float | None = None
-    vs_control_ci_hi: float | None = None
 
 
 class LeaderboardGroup(BaseModel):
@@ -216,7 +223,7 @@ class FingerprintOut(BaseModel):
     fields: dict[str, Any]
 
 
-class WinnerEvidence(BaseModel):
+class WinnerEvidence(HeadToHead):
     run_id: str
     job_id: int
     variant_id: int
@@ -233,11 +240,6 @@ class WinnerEvidence(BaseModel):
     speedup_ci_hi: float | None
     frac_of_floor: float | None
     uses_library: bool | None
-    control_run_id: str | None = Field(default=None, description="the incumbent run timed beside this one")
-    vs_control: float | None = Field(default=None, description="incumbent median / this median, same rounds")
-    vs_control_ci_lo: float | None = None
-    vs_control_ci_hi: float | None = None
-    ranked_us: float | None = Field(default=None, description="what winners rank by: the median in the incumbent's time base")
     check: dict[str, Any] | None
     bench: dict[str, Any] | None
     fingerprint: FingerprintOut | None

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 from db.queries.leaderboard import leaderboard
 from service.deps import SessionDep
 from service.errors import ERROR_RESPONSES
-from service.schemas import LeaderboardEntry, LeaderboardGroup
+from service.schemas import HeadToHead, LeaderboardEntry, LeaderboardGroup
 
 router = APIRouter(prefix="/v1/leaderboard", tags=["leaderboard"], responses=ERROR_RESPONSES)
 
@@ -30,6 +30,5 @@ def get_leaderboard(session: SessionDep, slot: str | None = None, hardware: str 
                 baseline_median_us=e.run.baseline_median_us, speedup=e.run.speedup,
                 speedup_ci_lo=e.run.speedup_ci_lo, speedup_ci_hi=e.run.speedup_ci_hi,
                 frac_of_floor=e.run.frac_of_floor, uses_library=e.run.uses_library,
-                beats_stock=(e.run.speedup_ci_lo or 0.0) > 1.0, ranked_us=e.run.ranked_us, vs_control=e.run.vs_control,
-                vs_control_ci_lo=e.run.vs_control_ci_lo, vs_control_ci_hi=e.run.vs_control_ci_hi) for e in g.entries])
+                beats_stock=(e.run.speedup_ci_lo or 0.0) > 1.0, **HeadToHead.of(e.run)) for e in g.entries])
         for g in groups]

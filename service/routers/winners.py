@@ -8,7 +8,7 @@ from db.models import Winner
 from db.queries.winners import list_winners
 from service.deps import SessionDep
 from service.errors import ERROR_RESPONSES
-from service.schemas import FingerprintOut, WinnerEvidence, WinnerOut
+from service.schemas import FingerprintOut, HeadToHead, WinnerEvidence, WinnerOut
 
 router = APIRouter(prefix="/v1/winners", tags=["winners"], responses=ERROR_RESPONSES)
 
@@ -23,8 +23,7 @@ def winner_out(w: Winner) -> WinnerOut:
             agent=v.agent, language=v.language, config=run.config, m=run.m, median_us=run.median_us,
             baseline_median_us=run.baseline_median_us, speedup=run.speedup, speedup_ci_lo=run.speedup_ci_lo,
             speedup_ci_hi=run.speedup_ci_hi, frac_of_floor=run.frac_of_floor, uses_library=run.uses_library,
-            control_run_id=run.control_run_id, vs_control=run.vs_control, vs_control_ci_lo=run.vs_control_ci_lo,
-            vs_control_ci_hi=run.vs_control_ci_hi, ranked_us=run.ranked_us, check=run.check, bench=run.bench,
+            check=run.check, bench=run.bench, **HeadToHead.of(run),
             fingerprint=FingerprintOut.model_validate(run.fingerprint) if run.fingerprint else None)
     return WinnerOut(slot=w.slot, shape_key=w.shape_key, shape_name=w.shape_name, batch_bucket=w.batch_bucket,
                      hardware=w.hardware, is_stock=w.is_stock, updated_at=w.updated_at, evidence=evidence)
