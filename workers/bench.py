@@ -50,9 +50,11 @@ class BenchContext:
     seed: int
     bandwidth_gbs: float
     verify: Callable[[], None]
-    # the bucket's incumbent built for this shape and M (RunSpec.control), timed in the same rounds
-    control_fn: Callable[..., None] | None = None
+    # the bucket's incumbent (RunSpec.control): its run, built for this shape and M and timed in the same rounds,
+    # or why it did not build
     control_run_id: str | None = None
+    control_fn: Callable[..., None] | None = None
+    control_error: str | None = None
 
 
 def memory_budget_bytes(device: torch.device) -> int:
@@ -90,7 +92,7 @@ def run_bench(ctx: BenchContext) -> tuple[BenchStage, Trial]:
     outs = {"variant": [slot.alloc_outputs(shape, m, ctx.device) for _ in sets],
             "stock": [slot.alloc_outputs(shape, m, ctx.device) for _ in sets]}
     fns = {"variant": ctx.fn, "stock": slot.stock(shape, m)}
-    control_error = _add_control(ctx, sets[0], fns, outs)
+    control_error = ctx.control_error or _add_control(ctx, sets[0], fns, outs)
 
     def runner(name: str) -> Callable[[int], None]:
         fn, out = fns[name], outs[name]
@@ -142,7 +144,7 @@ def run_bench(ctx: BenchContext) -> tuple[BenchStage, Trial]:
         speedup=b.median / max(v.median, 1e-6), speedup_ci_lo=lo, speedup_ci_hi=hi,
         floor_us=floor_us, frac_of_floor=floor_us / max(v.median, 1e-6),
         bytes_moved=set_bytes, bandwidth_gbs=ctx.bandwidth_gbs,
-        control_run_id=ctx.control_run_id if ctx.control_fn is not None else None, control_error=control_error)
+        control_run_id=ctx.control_run_id, control_error=control_error)
     if "control" in samples:
         c = _summarize(samples["control"])
         lo_c, hi_c = _bootstrap(samples["variant"], samples["control"], resamples=ctx.settings.bootstrap, seed=ctx.seed)
@@ -162,13 +164,12 @@ def _add_control(ctx: BenchContext, first_set: dict, fns: dict, outs: dict) -> s
     clock reference for ranking (db/queries/runs.py ranked_us)."""
     if ctx.control_fn is None:
         return None
-    out = ctx.slot.alloc_outputs(ctx.shape, ctx.m, ctx.device)
+    out = [ctx.slot.alloc_outputs(ctx.shape, ctx.m, ctx.device) for _ in outs["variant"]]
     try:
-        ctx.control_fn(**first_set, **out)
+        ctx.control_fn(**first_set, **out[0])
         if ctx.device.type == "cuda":
             torch.cuda.synchronize(ctx.device)
     except Exception as exc:
         return f"the incumbent raised on its first call: {type(exc).__name__}: {exc}"
-    fns["control"] = ctx.control_fn
-    outs["control"] = [ctx.slot.alloc_outputs(ctx.shape, ctx.m, ctx.device) for _ in outs["variant"]]
+    fns["control"], outs["control"] = ctx.control_fn, out
     return None

@@ -168,9 +168,7 @@ def _stages(spec: RunSpec, env: ChildEnv, result: RunResult, slot: Slot, shape: 
     with lock.exclusive():  # the timed phase has the device to itself
         bench, timed = run_bench(BenchContext(slot, shape, spec.m, device, built.fn, spec.bench,
                                               derive_seed(spec.seed, "bench"), bandwidth, verify,
-                                              control_fn, spec.control.run_id if spec.control else None))
-    if control_error:
-        bench.control_run_id, bench.control_error = spec.control.run_id if spec.control else None, control_error
+                                              spec.control.run_id if spec.control else None, control_fn, control_error))
     assert result.check is not None
     result.check.trials.append(timed)
     result.bench = bench

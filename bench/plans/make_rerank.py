@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import defaultdict
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import results_files  # noqa: E402  (bench/results_files.py: variant id -> shipped file, along the resume chain)
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
