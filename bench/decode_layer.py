@@ -16,7 +16,10 @@ launches counted with torch.profiler:
 - ``tuned``: the slot kernels a tuning results file's winners name, each plain (attn_block's ``tuned``, the
   dense_gemm o_proj winner or cuBLAS where stock kept its bucket, moe_block's ``tuned``);
 - ``tuned_best`` (sm_90+ for its two extras): the attention input chained by programmatic dependent launch
-  (``tuned_pdl``) and the shared expert on its own stream (``tuned_side``).
+  (``tuned_pdl``) and the shared expert on its own stream (``tuned_side``);
+- ``tuned_best_oproj_norm``, where the results file has a Triton winner of the oproj_residual_norm slot for the
+  batch's bucket: ``tuned_best`` with o_proj and the MoE block's add + RMSNorm replaced by that winner (o_proj with
+  the residual add and the norm in its kernels), the block starting at the router.
 The outputs of each part are compared with stock's (rel-L2).
 
 The stock MoE (gather + bmm) copies each token's experts before it multiplies: at M = 1 it moves about three
@@ -66,6 +69,40 @@ def oproj_configs(path: str | None) -> dict[int, tuple[str, dict]]:
     return by_m
 
 
+ORN_KEY = "oproj_residual_norm/o_proj_residual_norm"
+ORN_FILES = ("oproj_residual_norm_gemv", "oproj_residual_norm_fused")  # Triton files with one call signature
+
+
+def oproj_norm_configs(path: str | None) -> dict[int, tuple[str, dict]]:
+    """{M: (file stem, config)} of the oproj_residual_norm winners that are Triton files (stock or torch left out)."""
+    if not path:
+        return {}
+    by_m = tuned_winners(path, lambda k: k == ORN_KEY).get(ORN_KEY, {})
+    return {m: won for m, won in by_m.items() if won[0] in ORN_FILES}
+
+
+def build_oproj_norm(m: int, n: int, k: int, eps: float, w: torch.Tensor, by_m: dict[int, tuple[str, dict]], dev, gen):
+    """(fn, buffers, used) of m's bucket's oproj_residual_norm winner on o_proj's weight, or None without one."""
+    mine = [mm for mm in by_m if batch_bucket(mm) == batch_bucket(m)]
+    if not mine:
+        return None
+    stem, cfg = by_m[mine[0]]
+    fn = moe_block.load(stem).build(cfg, {"M": m, "N": n, "K": k, "eps": eps})
+    bf = torch.bfloat16
+    buf = {"a": torch.randn(m, k, device=dev, generator=gen).to(bf),
+           "residual": torch.randn(m, n, device=dev, generator=gen).to(bf),
+           "norm_weight": (0.5 + torch.rand(n, device=dev, generator=gen)).to(bf),
+           "out": torch.empty(m, n, device=dev, dtype=bf), "residual_out": torch.empty(m, n, device=dev, dtype=bf)}
+    return lambda: fn(w=w, **buf), buf, [stem, cfg]
+
+
+def oproj_norm_rel_l2(buf: dict, w: torch.Tensor, eps: float) -> dict[str, float]:
+    """The fused kernel's two outputs against torch in fp32 (o_proj, + residual, RMSNorm)."""
+    r = buf["a"].float() @ w.float().t() + buf["residual"].float()
+    normed = r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + eps) * buf["norm_weight"].float()
+    return {"residual_out": attn_block.rel_l2(buf["residual_out"], r), "out": attn_block.rel_l2(buf["out"], normed)}
+
+
 def build_oproj(m: int, n: int, k: int, by_m: dict[int, tuple[str, dict]], dev, gen):
     """(stock, tuned, buffers, used): o_proj by cuBLAS, and by the winner of m's own batch bucket (cuBLAS where
     stock kept it: a smaller bucket's kernel is not what the table picked here)."""
@@ -100,6 +137,8 @@ def main() -> None:
     ap.add_argument("--winners", default=None, help="a bench/service_tuning.py results JSON: the tuned kernels")
     ap.add_argument("--attn-configs", default=None, help="attn_block's --configs form (CPU tests)")
     ap.add_argument("--moe-configs", default=None, help="moe_block's --configs form (CPU tests)")
+    ap.add_argument("--oproj-norm-configs", default=None,
+                    help='{"M": [file stem, config]} of oproj_residual_norm kernels, over the winners (CPU tests)')
     ap.add_argument("--batches", default="1,4,16")
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--tiny", action="store_true", help="shapes small enough for Triton's interpreter")
@@ -118,23 +157,32 @@ def main() -> None:
         attn_cfg = {**attn_block.configs_from_tuning(args.winners), **attn_cfg}
         moe_cfg = {**moe_block.configs_from_tuning(args.winners), **moe_cfg}
     o_by_m = oproj_configs(args.winners)
+    orn_by_m = oproj_norm_configs(args.winners)
+    if args.oproj_norm_configs:
+        given = json.loads(pathlib.Path(args.oproj_norm_configs).read_text())
+        orn_by_m = {**orn_by_m, **{int(m): (stem, cfg) for m, (stem, cfg) in given.items()}}
     W = moe_block.make_weights(spec, dev, torch.Generator(device=dev).manual_seed(0))
     gbs = measure_bandwidth_gbs(dev)  # once, in this run: the floor's denominator
     rows = []
     for m in (int(b) for b in args.batches.split(",")):
         data = attn_block.make_sets(m, dims, 1, dev)
         attn, attn_used = attn_block.build_paths(m, dims, data, attn_cfg, dev)
-        moe, buf, moe_files, _, _ = moe_block.build_paths(spec, m, W, moe_cfg, dev)
+        moe, buf, moe_files, _, _ = moe_block.build_paths(spec, m, W, moe_cfg, dev, after_norm=True)
         o_stock, o_tuned, o_buf, o_used = build_oproj(m, spec["H"], o_k, o_by_m, dev,
                                                       torch.Generator(device=dev).manual_seed(2000 + m))
+        orn = build_oproj_norm(m, spec["H"], o_k, spec["eps"], o_buf["w"], orn_by_m, dev,
+                               torch.Generator(device=dev).manual_seed(3000 + m))
         attn_best = "tuned_pdl" if "tuned_pdl" in attn else "tuned"
         parts = {"stock": (attn["stock"], o_stock, moe["stock_graph"]),
                  "stock_fused_norm": (attn["stock_fused_norm"], o_stock, moe["stock_graph"]),
                  "tuned": (attn["tuned"], o_tuned, moe["tuned"]),
                  "tuned_best": (attn[attn_best], o_tuned, moe["tuned_side"])}
+        if orn is not None:
+            parts["tuned_best_oproj_norm"] = (attn[attn_best], orn[0], moe["tuned_side_after_norm"])
         runs = {name: moe_block.capture(lambda fns=fns: [f() for f in fns], dev) for name, fns in parts.items()}
         times = moe_block.time_pair(runs, args.reps, dev)
-        row = {"M": m, "tuned_kernels": {"attention_input": attn_used["tuned"], "o_proj": o_used, "moe": moe_files},
+        row = {"M": m, "tuned_kernels": {"attention_input": attn_used["tuned"], "o_proj": o_used, "moe": moe_files,
+                                         **({"oproj_residual_norm": orn[2]} if orn else {})},
                "tuned_best_attention_input": attn_best, "side_stream": dev.type == "cuda",
                **moe_block.measure_per_call(runs, times, dev, 1)}
         d = data[0]
@@ -143,6 +191,7 @@ def main() -> None:
             "attention_input": {p: max(rel(d[p][o], d["stock"][o]) for o in ("residual_out", "q", "kv"))
                                 for p in ("tuned", attn_best)},
             "o_proj": rel(o_buf["tuned"], o_buf["stock"]),
+            **({"oproj_residual_norm_vs_fp32": oproj_norm_rel_l2(orn[1], o_buf["w"], spec["eps"])} if orn else {}),
             "moe": {p: rel(buf[out], buf["stock_g_out"]) for p, out in (("tuned", "out"), ("tuned_side", "out_side"))}}
         experts_used = int(buf["ids"].unique().numel())
         wb = weight_bytes(dims, spec, o_k, experts_used)
@@ -159,7 +208,7 @@ def main() -> None:
                                  "tuned_vs_fp32_logits": moe_block.topk_match(buf["ids"], fp32_ids),
                                  "stock_vs_fp32_logits": moe_block.topk_match(stock_ids, fp32_ids)}
         for base in ("stock", "stock_fused_norm"):
-            for name in ("tuned", "tuned_best"):
+            for name in (p for p in runs if p.startswith("tuned")):
                 row[f"speedup_{name}_vs_{base}"] = row[base]["median_us"] / row[name]["median_us"]
         rows.append(row)
         print(f"M={m:3d}  "

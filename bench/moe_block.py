@@ -147,7 +147,9 @@ def stock_experts_fn():
         return run, "torch per-expert loop (eager, host sync)", False
 
 
-def build_paths(s, m, W, configs, dev):
+def build_paths(s, m, W, configs, dev, after_norm=False):
+    """The block's paths at batch m; ``after_norm`` adds ``tuned_side_after_norm``: tuned_side without its first
+    kernel, for a caller whose o_proj kernel already wrote the normed tokens."""
     chosen = {k: dict(pick(configs, k, m)) for k in MODULES}
     files = {k: chosen[k].pop(FILE_KEY, MODULES[k]) for k in MODULES}
     gather_bmm = load("moe_experts_gather_bmm", "torch").build({"intermediate": "bf16"}, dict(M=m, top_k=s["top_k"], I=s["I"]))
@@ -171,8 +173,10 @@ def build_paths(s, m, W, configs, dev):
     side_stream = torch.cuda.Stream() if dev.type == "cuda" else None
     experts, experts_name, capturable = stock_experts_fn()
 
-    def tuned(side=None, out="out"):
-        fns["add_rmsnorm"](x=buf["x"], residual=buf["res"], weight=W["norm_w"], out=buf["h"], residual_out=buf["res_out"])
+    def tuned(side=None, out="out", norm=True):
+        if norm:  # norm=False: the caller ran the add + RMSNorm inside o_proj's kernels (bench/decode_layer.py)
+            fns["add_rmsnorm"](x=buf["x"], residual=buf["res"], weight=W["norm_w"], out=buf["h"],
+                               residual_out=buf["res_out"])
         if side is not None:
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
@@ -204,6 +208,8 @@ def build_paths(s, m, W, configs, dev):
     buf["out_side"] = torch.empty(m, s["H"], device=dev, dtype=bf)
     paths = {"stock": stock, "stock_graph": lambda: stock(graph_experts=True), "tuned": tuned,
              "tuned_side": lambda: tuned(side=side_stream, out="out_side")}
+    if after_norm:
+        paths["tuned_side_after_norm"] = lambda: tuned(side=side_stream, out="out_side", norm=False)
     return paths, buf, files, experts_name, capturable
 
 

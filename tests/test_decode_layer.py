@@ -17,19 +17,31 @@ from test_attn_block import SMALL  # noqa: E402
 from test_moe_block import GEMV_AT_1  # noqa: E402
 
 
+# the tiny layer's o_proj (N = hidden 512, K = 64) with the residual add and the norm in its kernels
+ORN_TINY = {"1": ["oproj_residual_norm_gemv", {"BLOCK_M": 1, "BLOCK_N": 8, "BLOCK_K": 64, "SPLIT_K": 1,
+                                                "num_warps": 2, "PDL": 1, "NORM_BLOCK": 256, "norm_warps": 2}]}
+
+
 def test_tiny_layer_runs_every_path_and_each_part_matches_stock(tmp_path: Path) -> None:
     (tmp_path / "attn.json").write_text(json.dumps(SMALL))
     (tmp_path / "moe.json").write_text(json.dumps(GEMV_AT_1))
+    (tmp_path / "orn.json").write_text(json.dumps(ORN_TINY))
     out = subprocess.run([sys.executable, "bench/decode_layer.py", "--device", "cpu", "--tiny", "--batches", "1",
                           "--reps", "1", "--attn-configs", str(tmp_path / "attn.json"), "--moe-configs",
-                          str(tmp_path / "moe.json"), "--out", str(tmp_path)], cwd=REPO,
+                          str(tmp_path / "moe.json"), "--oproj-norm-configs", str(tmp_path / "orn.json"),
+                          "--out", str(tmp_path)], cwd=REPO,
                          env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     doc = json.loads((tmp_path / "decode_layer.json").read_text())
     assert doc["device"]["name"] == "cpu" and doc["commit"] and doc["dims"]["hidden"] == doc["moe_spec"]["H"]
     (row,) = doc["rows"]
-    for path in ("stock", "stock_fused_norm", "tuned", "tuned_best"):
+    for path in ("stock", "stock_fused_norm", "tuned", "tuned_best", "tuned_best_oproj_norm"):
         assert row[path]["median_us"] > 0
+    # the fused o_proj + residual + norm path: its kernel named, its outputs against fp32 torch, one kernel fewer
+    # than tuned_best is not checked here (no profiler on a CPU)
+    assert row["tuned_kernels"]["oproj_residual_norm"] == ORN_TINY["1"]
+    assert max(row["rel_l2_vs_stock"]["oproj_residual_norm_vs_fp32"].values()) < 1e-2
+    assert row["speedup_tuned_best_oproj_norm_vs_stock"] > 0
     # no chains and no second stream on a CPU: the best path is the plain one, and the row says so
     assert row["tuned_best_attention_input"] == "tuned" and row["side_stream"] is False
     assert row["tuned_kernels"]["o_proj"] == ["cuBLAS (stock kept)", {}]  # no winners file: cuBLAS
@@ -51,6 +63,8 @@ def test_o_proj_winners_come_from_the_tuning_file() -> None:
     by_m = decode_layer.oproj_configs(str(REPO / "bench/results/2026-12-06-h100-decode-tuning-h100-mla-s21b.json"))
     assert by_m and all(stem in decode_layer.attn_block.GEMM_FILES for stem, _ in by_m.values())
     assert decode_layer.oproj_configs(None) == {}
+    orn = decode_layer.oproj_norm_configs(str(REPO / "bench/results/2026-12-06-h100-decode-tuning-h100-mla-s21b.json"))
+    assert orn and {stem for stem, _ in orn.values()} <= set(decode_layer.ORN_FILES)
 
 
 def test_o_proj_runs_the_winner_of_its_own_bucket_only() -> None:

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Device call of session 23 (carry .whl2 and .cutexz), on whichever card comes: the new oproj_residual_norm_gemv
+# (o_proj GEMV with the residual add in its epilogue, the RMSNorm a PDL-chained second launch) through the
+# service at M = 1, 2, 4 (bench/plans/make_s23.py), each run beside its bucket's incumbent; the exported slot
+# self-tested; then the decode layer with the new table, whose tuned_best_oproj_norm path replaces o_proj and the
+# MoE block's add + RMSNorm with the slot's winner.
+# - H200: resumed from table ZN (the table of record), with the mla_norms_gemm slot, which no H200 has run
+#   (bench/plans/s23_h200.json); the layer at M = 1 and 4.
+# - H100: resumed from the H100's latest table (rerank-s22a); the layer at M = 1, 2, 4.
+HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
+if [ "$HW" = h200 ]; then
+  export KT_PLAN=bench/plans/s23_h200.json KT_WHAT=decode-tuning-s23 KT_TUNING_S=${KT_TUNING_S:-330} \
+    KT_RESUME_DB=bench/results/2026-12-06-h200-decode-tuning-zn.sqlite
+  SLOTS="--slot oproj_residual_norm --slot mla_norms_gemm"; LAYER=1,4
+elif [ "$HW" = h100 ]; then
+  export KT_PLAN=bench/plans/oproj_norm_s23.json KT_WHAT=decode-tuning-h100-s23 KT_TUNING_S=${KT_TUNING_S:-210} \
+    KT_RESUME_DB=bench/results/2026-12-06-h100-decode-tuning-h100-rerank-s22a.sqlite
+  SLOTS="--slot oproj_residual_norm"; LAYER=1,2,4
+else
+  echo "session 23: no plan for this card: $HW"; exit 0
+fi
+KT_REQUIRE_HW=$HW KT_MOE_BATCHES=none KT_ATTN_BATCHES= KT_SELFTEST_S=${KT_SELFTEST_S:-45} \
+  KT_SELFTEST_ARGS="$SLOTS --rounds 10" bash "$(dirname "$0")/h200_session_x.sh"
+rm -f "$OUT"/*.whl  # self-tested above; at most 8 files come back
+W=$(ls -t "$OUT"/*-"$KT_WHAT".json | head -n1)
+mv "$OUT/run.log" "$OUT/run-tuning.log"  # device_lib.sh below starts run.log afresh
+source "$(dirname "$0")/device_lib.sh"
+run timeout "${KT_LAYER_TIMEOUT_S:-150}" python3 bench/decode_layer.py --batches "$LAYER" --winners "$W" --out "$OUT"
+grep -E "^== |M= *[0-9]|rror" "$L" | tail -20
