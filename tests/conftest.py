@@ -195,8 +195,8 @@ def run_result() -> Callable[..., dict[str, Any]]:
 # Refreshed from `--durations=0` sums per file (2026-12-05).
 LONG_FILES = ("test_faults.py", "test_dense_gemm_gemv.py", "test_service_tuning.py", "test_search_service.py",
               "test_moe_experts_gemv.py", "test_agents.py", "test_tp.py", "test_sandbox_lock_wait.py",
-              "test_fuzz_api.py", "test_shared_expert_gemv.py", "test_export.py", "test_sandbox_security.py",
-              "test_moe_block.py", "test_dashboard.py", "test_winners_incremental.py", "test_backends.py",
+              "test_fuzz_api.py", "test_shared_expert_gemv.py", "test_oproj_residual_norm_gemv.py", "test_export.py",
+              "test_sandbox_security.py", "test_moe_block.py", "test_dashboard.py", "test_winners_incremental.py", "test_backends.py",
               "test_e2e_service.py", "test_input_digest.py")
 
 
