@@ -156,11 +156,11 @@ def check_add_rmsnorm(block_h):
         assert rel_l2(outputs["out"], rms_ref(r, inputs["weight"], eps)) < 1e-2
 
 
-def check_oproj_residual_norm():
+def check_oproj_residual_norm(pdl=0):
     mod = load("oproj_residual_norm_fused")
     N, K, eps = 256, 128, 1e-6
     for M in (1, 3, 8):
-        fn = mod.build(dict(BLOCK_N=64, BLOCK_K=64, NORM_BLOCK=128), dict(N=N, K=K, eps=eps, M=M))
+        fn = mod.build(dict(BLOCK_N=64, BLOCK_K=64, NORM_BLOCK=128, PDL=pdl), dict(N=N, K=K, eps=eps, M=M))
         for trial in range(2):
             g = torch.Generator().manual_seed(10 * M + trial)
             inputs = dict(a=bf((M, K), g), w=bf((N, K), g, K ** -0.5), residual=bf((M, N), g),
@@ -217,20 +217,25 @@ def mlp_ref(x, w13, w2):
     return (torch.nn.functional.silu(h[:, :i]) * h[:, i:]) @ w2.double().t()
 
 
-def check_shared_expert(split_k):
+def check_shared_expert(split_k, extra=None):
+    """extra: REDUCE "partials" (split-order sums: a third call repeating the second must be bit-identical) and PDL
+    (the CPU runs the plain pair)."""
     mod = load("shared_expert_fused")
     K, I = 256, 64
-    for M in (1, 3, 8):
-        fn = mod.build(dict(SPLIT_K=split_k, BLOCK_K=64, BLOCK_N=32, BLOCK_N2=64, BLOCK_K2=64), dict(K=K, I=I, M=M))
+    for M in (1, 3, 8, 20):  # 20: two 16-row M blocks
+        fn = mod.build(dict(SPLIT_K=split_k, BLOCK_K=64, BLOCK_N=32, BLOCK_N2=64, BLOCK_K2=64, **(extra or {})),
+                       dict(K=K, I=I, M=M))
         prev = None
-        for trial in range(2):
-            g = torch.Generator().manual_seed(7 * M + trial)
+        for trial in range(3 if extra else 2):
+            g = torch.Generator().manual_seed(7 * M + min(trial, 1))
             inputs = dict(x=bf((M, K), g), w13=bf((2 * I, K), g, K ** -0.5), w2=bf((K, I), g, I ** -0.5))
             outputs = dict(out=torch.empty((M, K), dtype=torch.bfloat16))
             call_checked(fn, inputs, outputs)
             assert rel_l2(outputs["out"], mlp_ref(inputs["x"], inputs["w13"], inputs["w2"])) < 1e-2
-            if prev is not None:
+            if trial == 1:
                 assert not torch.equal(prev, outputs["out"])
+            if trial == 2:
+                assert torch.equal(prev, outputs["out"]), "partials summed in split order must be deterministic"
             prev = outputs["out"].clone()
 
 
@@ -289,6 +294,7 @@ CASES = {
     "add_rmsnorm-one-pass": (check_add_rmsnorm, (256,)),
     "add_rmsnorm-chunked": (check_add_rmsnorm, (64,)),
     "oproj_residual_norm": (check_oproj_residual_norm, ()),
+    "oproj_residual_norm-pdl": (check_oproj_residual_norm, (1,)),  # the CPU runs the plain pair
     "rmsnorm_gemm-splitk1": (check_rmsnorm_gemm, (dict(BLOCK_N=32, BLOCK_K=64, SPLIT_K=1),)),
     "rmsnorm_gemm-splitk3": (check_rmsnorm_gemm, (dict(BLOCK_N=32, BLOCK_K=64, SPLIT_K=3),)),
     "rmsnorm_gemm-splitk2-ragged": (check_rmsnorm_gemm, (dict(BLOCK_N=16, BLOCK_K=128, SPLIT_K=2),)),
@@ -299,6 +305,8 @@ CASES = {
                                                                num_warps=2), (33,))),
     "shared_expert-splitk1": (check_shared_expert, (1,)),
     "shared_expert-splitk4": (check_shared_expert, (4,)),
+    "shared_expert-splitk4-partials-pdl": (check_shared_expert, (4, dict(REDUCE="partials", PDL=1))),
+    "shared_expert-splitk2-partials": (check_shared_expert, (2, dict(REDUCE="partials"))),
     "moe-grouped-splitk2": (check_moe_experts, (dict(SPLIT_K=2, COMBINE="grouped"), (1, 3, 8))),
     "moe-grouped-splitk1-hot": (check_moe_experts, (dict(SPLIT_K=1, COMBINE="grouped"), (8,))),
     "moe-pairs": (check_moe_experts, (dict(SPLIT_K=1, COMBINE="pairs"), (3,))),
@@ -330,6 +338,34 @@ K2 = {
 
 needs_compiler = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1",
                                     reason="AOT compile needs the real triton.jit (TRITON_INTERPRET is set)")
+
+
+@needs_compiler
+@pytest.mark.parametrize("name,config", [
+    ("shared_expert_fused", dict(BLOCK_N=16, BLOCK_K=256, SPLIT_K=8, BLOCK_N2=64, BLOCK_K2=256, REDUCE="partials",
+                                 PDL=1)),
+    ("oproj_residual_norm_fused", dict(PDL=1)),
+])
+def test_compile_ptx_k2_pdl_chains_the_second_launch(name, config):
+    """PDL: the first kernel signals its dependents and never waits; the second waits, and (the shared expert's
+    w2) issues its weight loads before the wait. REDUCE "partials": the split-K reduce has two atomics (the
+    arrival counter and its reset), not one per element."""
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    from kernels.backends.triton_backend import claims_for
+
+    mod = load(name)
+    ptx = mod.compile_ptx(config, K2[name], "sm_90a")
+    for needle in claims_for(mod, config, K2[name]):
+        assert needle in ptx, needle
+    first, second = ptx.split(".entry")[1:]
+    assert "griddepcontrol.launch_dependents" in first and "griddepcontrol.wait" not in first
+    before, after = second.split("griddepcontrol.wait")
+    if name == "shared_expert_fused":
+        assert before.count("ld.global") > after.count("ld.global") >= 1  # w2 before the wait, h after
+        assert first.count("atom.") == 2
+    assert ".local" not in ptx
+    plain = mod.compile_ptx({**config, "PDL": 0}, K2[name], "sm_90a")
+    assert "griddepcontrol" not in plain
 
 
 @needs_compiler

@@ -10,6 +10,11 @@ zero, deterministic). Kernel 2, one CTA per row, sums the partials, and rescales
 from residual_out: 14 KB per row, L2-resident) by rsqrt * norm_weight. A single launch would need a
 grid-wide barrier (deadlock risk when the grid is not co-resident) or one last CTA normalising
 all M rows alone (serial tail of up to 64 x 14 KB): the second light launch is cheaper and safe.
+PDL = 1 (sm_90+, GPU only) chains the two: kernel 1 signals griddepcontrol.launch_dependents as it starts and
+kernel 2 is a programmatic dependent launch that waits (griddepcontrol.wait) for kernel 1's completion, so its
+launch overlaps kernel 1 instead of following it (oproj_residual_norm_gemv.py does the same for M <= 8, where
+it took the M = 1 bucket, H100 table s23). Kernel 1 is launched plainly: a call never overlaps the previous
+call's norm, which reads the shared partials. 0, the first value, is the kernel as it was before.
 """
 
 import math
@@ -26,19 +31,31 @@ CONFIG_SPACE = {
     "num_stages": [2, 3, 4, 5],
     "NORM_BLOCK": [1024, 2048, 8192],
     "norm_warps": [4, 8, 16],
+    "PDL": [0, 1],
 }
 CONSTRAINTS = ["BLOCK_M <= max(16, M)", "BLOCK_K <= K", "BLOCK_N * BLOCK_K <= 16384",
                "NORM_BLOCK <= 2 * N"]
 DEFAULT_CONFIG = {"BLOCK_N": 32, "BLOCK_K": 128, "BLOCK_M": 16, "num_warps": 4, "num_stages": 4,
-                  "NORM_BLOCK": 8192, "norm_warps": 16}
-CLAIMS = {"ptx_contains": ["mma.sync", "cp.async"]}
+                  "NORM_BLOCK": 8192, "norm_warps": 16, "PDL": 0}
+
+
+def claims(config, shape):
+    """Tensor-core tiles streamed through shared memory; griddepcontrol with PDL."""
+    out = ["mma.sync", "cp.async"]
+    if int(_full_config(config)["PDL"]):
+        out += ["griddepcontrol.launch_dependents", "griddepcontrol.wait"]
+    return {"ptx_contains": out}
+
+
 USES_LIBRARY = False
 
 
 @triton.jit
 def oproj_residual_kernel(a_ptr, w_ptr, res_ptr, res_out_ptr, ssq_ptr, M, stride_am, stride_r, stride_ro,
                           N: tl.constexpr, K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr):
+                          BLOCK_K: tl.constexpr, PDL: tl.constexpr, INTERPRET: tl.constexpr):
+    if PDL:  # the norm launch may start once all of these have started
+        tl.extra.cuda.gdc_launch_dependents()
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -65,7 +82,10 @@ def oproj_residual_kernel(a_ptr, w_ptr, res_ptr, res_out_ptr, ssq_ptr, M, stride
 
 @triton.jit
 def rownorm_kernel(res_out_ptr, ssq_ptr, nw_ptr, out_ptr, M, stride_ro, stride_o, eps,
-                   N: tl.constexpr, NB: tl.constexpr, NB_PAD: tl.constexpr, BLOCK: tl.constexpr):
+                   N: tl.constexpr, NB: tl.constexpr, NB_PAD: tl.constexpr, BLOCK: tl.constexpr,
+                   PDL: tl.constexpr):
+    if PDL:  # returns once kernel 1 has completed and its stores are visible
+        tl.extra.cuda.gdc_wait()
     row = tl.program_id(0)
     nb = tl.arange(0, NB_PAD)
     part = tl.load(ssq_ptr + nb * M + row, mask=nb < NB, other=0.0)
@@ -88,12 +108,14 @@ def _full_config(config):
     return cfg
 
 
-def _consts(cfg, shape, interpret):
+def _consts(cfg, shape, interpret, cap=90):
     N, K = int(shape["N"]), int(shape["K"])
     nb = triton.cdiv(N, int(cfg["BLOCK_N"]))
+    # griddepcontrol is PTX for sm_90+: the interpreter (CPU) runs the plain pair, same results
+    pdl = bool(int(cfg["PDL"])) and not interpret and cap >= 90
     gemm = dict(N=N, K=K, BLOCK_M=int(cfg["BLOCK_M"]), BLOCK_N=int(cfg["BLOCK_N"]), BLOCK_K=int(cfg["BLOCK_K"]),
-                INTERPRET=interpret)
-    norm = dict(N=N, NB=nb, NB_PAD=_np2(nb), BLOCK=min(int(cfg["NORM_BLOCK"]), _np2(N)))
+                PDL=pdl, INTERPRET=interpret)
+    norm = dict(N=N, NB=nb, NB_PAD=_np2(nb), BLOCK=min(int(cfg["NORM_BLOCK"]), _np2(N)), PDL=pdl)
     return gemm, norm
 
 
@@ -109,7 +131,8 @@ def build(config, shape):
         key = (a.device, interpret)
         st = state.get(key)
         if st is None:
-            gemm, norm = _consts(cfg, shape, interpret)
+            cap = 0 if interpret else torch.cuda.get_device_capability(a.device)[0] * 10
+            gemm, norm = _consts(cfg, shape, interpret, cap)
             st = state[key] = {"gemm": gemm, "norm": norm,
                                "ssq": torch.empty((norm["NB"] * max(M, 1),), device=a.device, dtype=torch.float32)}
         gemm, norm = st["gemm"], st["norm"]
@@ -119,14 +142,15 @@ def build(config, shape):
             a, w, residual, residual_out, st["ssq"], m, a.stride(0), residual.stride(0), residual_out.stride(0),
             num_warps=int(cfg["num_warps"]), num_stages=int(cfg["num_stages"]), **gemm)
         rownorm_kernel[(m,)](residual_out, st["ssq"], norm_weight, out, m, residual_out.stride(0), out.stride(0),
-                             eps, num_warps=int(cfg["norm_warps"]), **norm)
+                             eps, num_warps=int(cfg["norm_warps"]), **norm,
+                             **({"launch_pdl": True} if norm["PDL"] else {}))
 
     return run
 
 
 # --- ahead-of-time PTX, no GPU -----------------------------------------------------------------
 
-def _aot(kernel, types, consts, num_warps, num_stages, arch, aligned=()):
+def _aot(kernel, types, consts, num_warps, num_stages, arch, aligned=(), launch_pdl=False):
     """PTX for one kernel, specialised as the JIT would at run time: pointers (torch allocations)
     and the ints in ``aligned`` (strides that are multiples of 16) carry tt.divisibility=16."""
     from triton.backends.compiler import GPUTarget
@@ -142,16 +166,18 @@ def _aot(kernel, types, consts, num_warps, num_stages, arch, aligned=()):
             attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource(kernel, sig, consts, attrs)
     out = triton.compile(src, target=GPUTarget("cuda", cap, 32),
-                         options={"num_warps": num_warps, "num_stages": num_stages})
+                         options={"num_warps": num_warps, "num_stages": num_stages,
+                                  **({"launch_pdl": True} if launch_pdl else {})})
     return out.asm["ptx"]
 
 
 def compile_ptx(config, shape, arch="sm_90a"):
     cfg = _full_config(config)
-    gemm, norm = _consts(cfg, shape, False)
+    gemm, norm = _consts(cfg, shape, False, int("".join(ch for ch in str(arch) if ch.isdigit()) or 90))
     types = {"a_ptr": "*bf16", "w_ptr": "*bf16", "res_ptr": "*bf16", "res_out_ptr": "*bf16", "ssq_ptr": "*fp32",
              "nw_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "stride_am": "i32", "stride_r": "i32",
              "stride_ro": "i32", "stride_o": "i32", "eps": "fp32"}
     strides = ("stride_am", "stride_r", "stride_ro", "stride_o")
     ptx = _aot(oproj_residual_kernel, types, gemm, int(cfg["num_warps"]), int(cfg["num_stages"]), arch, strides)
-    return ptx + "\n" + _aot(rownorm_kernel, types, norm, int(cfg["norm_warps"]), 1, arch, strides)
+    return ptx + "\n" + _aot(rownorm_kernel, types, norm, int(cfg["norm_warps"]), 1, arch, strides,
+                            launch_pdl=norm["PDL"])
