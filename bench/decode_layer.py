@@ -49,6 +49,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import attn_block  # noqa: E402
 import moe_block  # noqa: E402
 from kernels.deployment import batch_bucket  # noqa: E402
+from kernels.slots.base import rms_norm  # noqa: E402
 from results_files import tuned_winners  # noqa: E402
 from workers.fingerprint import measure_bandwidth_gbs  # noqa: E402
 
@@ -69,6 +70,13 @@ def oproj_configs(path: str | None) -> dict[int, tuple[str, dict]]:
     return by_m
 
 
+def bucket_winner(by_m: dict[int, tuple[str, dict]], m: int) -> tuple[str, dict] | None:
+    """The (file stem, config) that won m's own batch bucket, or None where stock kept it: a smaller bucket's kernel
+    is not what the table picked here."""
+    mine = [mm for mm in by_m if batch_bucket(mm) == batch_bucket(m)]
+    return by_m[mine[0]] if mine else None
+
+
 ORN_KEY = "oproj_residual_norm/o_proj_residual_norm"
 ORN_FILES = ("oproj_residual_norm_gemv", "oproj_residual_norm_fused")  # Triton files with one call signature
 
@@ -83,10 +91,10 @@ def oproj_norm_configs(path: str | None) -> dict[int, tuple[str, dict]]:
 
 def build_oproj_norm(m: int, n: int, k: int, eps: float, w: torch.Tensor, by_m: dict[int, tuple[str, dict]], dev, gen):
     """(fn, buffers, used) of m's bucket's oproj_residual_norm winner on o_proj's weight, or None without one."""
-    mine = [mm for mm in by_m if batch_bucket(mm) == batch_bucket(m)]
-    if not mine:
+    won = bucket_winner(by_m, m)
+    if won is None:
         return None
-    stem, cfg = by_m[mine[0]]
+    stem, cfg = won
     fn = moe_block.load(stem).build(cfg, {"M": m, "N": n, "K": k, "eps": eps})
     bf = torch.bfloat16
     buf = {"a": torch.randn(m, k, device=dev, generator=gen).to(bf),
@@ -99,24 +107,24 @@ def build_oproj_norm(m: int, n: int, k: int, eps: float, w: torch.Tensor, by_m: 
 def oproj_norm_rel_l2(buf: dict, w: torch.Tensor, eps: float) -> dict[str, float]:
     """The fused kernel's two outputs against torch in fp32 (o_proj, + residual, RMSNorm)."""
     r = buf["a"].float() @ w.float().t() + buf["residual"].float()
-    normed = r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + eps) * buf["norm_weight"].float()
-    return {"residual_out": attn_block.rel_l2(buf["residual_out"], r), "out": attn_block.rel_l2(buf["out"], normed)}
+    return {"residual_out": attn_block.rel_l2(buf["residual_out"], r),
+            "out": attn_block.rel_l2(buf["out"], rms_norm(r, buf["norm_weight"], eps))}
 
 
 def build_oproj(m: int, n: int, k: int, by_m: dict[int, tuple[str, dict]], dev, gen):
-    """(stock, tuned, buffers, used): o_proj by cuBLAS, and by the winner of m's own batch bucket (cuBLAS where
-    stock kept it: a smaller bucket's kernel is not what the table picked here)."""
+    """(stock, tuned, buffers, used): o_proj by cuBLAS, and by the winner of m's own batch bucket (bucket_winner;
+    cuBLAS where stock kept it)."""
     bf = torch.bfloat16
     buf = {"a": torch.randn(m, k, device=dev, generator=gen).to(bf),
            "w": (torch.randn(n, k, device=dev, generator=gen) * k ** -0.5).to(bf),
            "stock": torch.empty(m, n, device=dev, dtype=bf), "tuned": torch.empty(m, n, device=dev, dtype=bf)}
-    mine = [mm for mm in by_m if batch_bucket(mm) == batch_bucket(m)]
+    won = bucket_winner(by_m, m)
 
     def stock():
         torch.matmul(buf["a"], buf["w"].t(), out=buf["stock"])
-    if not mine:
+    if won is None:
         return stock, lambda: torch.matmul(buf["a"], buf["w"].t(), out=buf["tuned"]), buf, ["cuBLAS (stock kept)", {}]
-    stem, cfg = by_m[mine[0]]
+    stem, cfg = won
     fn = attn_block.load(stem).build(cfg, {"M": m, "N": n, "K": k})
     return stock, lambda: fn(buf["a"], buf["w"], buf["tuned"]), buf, [stem, cfg]
 
