@@ -150,12 +150,17 @@ def build(config, shape):
 
 # --- ahead-of-time PTX, no GPU -----------------------------------------------------------------
 
+def _arch_cap(arch) -> int:
+    """90 for "sm_90a": the compute capability an arch string names."""
+    return int("".join(ch for ch in str(arch) if ch.isdigit()) or 90)
+
+
 def _aot(kernel, types, consts, num_warps, num_stages, arch, aligned=(), launch_pdl=False):
     """PTX for one kernel, specialised as the JIT would at run time: pointers (torch allocations)
     and the ints in ``aligned`` (strides that are multiples of 16) carry tt.divisibility=16."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    cap = int("".join(ch for ch in str(arch) if ch.isdigit()) or 90)
+    cap = _arch_cap(arch)
     sig, attrs = {}, {}
     for i, name in enumerate(kernel.arg_names):
         if name in consts:
@@ -173,7 +178,7 @@ def _aot(kernel, types, consts, num_warps, num_stages, arch, aligned=(), launch_
 
 def compile_ptx(config, shape, arch="sm_90a"):
     cfg = _full_config(config)
-    gemm, norm = _consts(cfg, shape, False, int("".join(ch for ch in str(arch) if ch.isdigit()) or 90))
+    gemm, norm = _consts(cfg, shape, False, _arch_cap(arch))
     types = {"a_ptr": "*bf16", "w_ptr": "*bf16", "res_ptr": "*bf16", "res_out_ptr": "*bf16", "ssq_ptr": "*fp32",
              "nw_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "stride_am": "i32", "stride_r": "i32",
              "stride_ro": "i32", "stride_o": "i32", "eps": "fp32"}

@@ -99,39 +99,34 @@ def shared_w13_kernel(x_ptr, w13_ptr, h_ptr, ws_ptr, cnt_ptr, M, stride_xm,
     if SPLIT_K == 1:
         hv = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u
         tl.store(hp, hv.to(h_ptr.dtype.element_ty), mask=omask)
-    elif PARTIALS:
-        part = ws_ptr + offs_m[:, None] * (2 * I) + offs_n[None, :]
-        tl.store(part + pid_k * M * 2 * I, acc_g, mask=omask)
-        tl.store(part + pid_k * M * 2 * I + I, acc_u, mask=omask)
-        # all threads' partial stores, a CTA barrier, then the gpu-scope release of the counter
-        tl.debug_barrier()
-        cptr = cnt_ptr + pid_m * tl.num_programs(0) + pid_n
-        arrived = tl.atomic_add(cptr, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLIT_K - 1:
-            # the last split of this tile: the acquire made the others' partials visible; sum in split order
-            gv = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            uv = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for s in tl.static_range(SPLIT_K):
-                gv += tl.load(part + s * M * 2 * I, mask=omask, other=0.0, cache_modifier=".cg")
-                uv += tl.load(part + s * M * 2 * I + I, mask=omask, other=0.0, cache_modifier=".cg")
-            hv = gv / (1.0 + tl.exp(-gv)) * uv
-            tl.store(hp, hv.to(h_ptr.dtype.element_ty), mask=omask)
-            tl.atomic_xchg(cptr, 0, sem="relaxed", scope="gpu")
     else:
         wsp = ws_ptr + offs_m[:, None] * (2 * I) + offs_n[None, :]
-        tl.atomic_add(wsp, acc_g, mask=omask, sem="relaxed", scope="gpu")
-        tl.atomic_add(wsp + I, acc_u, mask=omask, sem="relaxed", scope="gpu")
+        if PARTIALS:  # this split's own [M, 2I] slice, plain stores
+            tl.store(wsp + pid_k * M * 2 * I, acc_g, mask=omask)
+            tl.store(wsp + pid_k * M * 2 * I + I, acc_u, mask=omask)
+        else:  # one shared slice, summed into atomically
+            tl.atomic_add(wsp, acc_g, mask=omask, sem="relaxed", scope="gpu")
+            tl.atomic_add(wsp + I, acc_u, mask=omask, sem="relaxed", scope="gpu")
+        # all threads' stores, a CTA barrier, then the gpu-scope release of the counter
         tl.debug_barrier()
         cptr = cnt_ptr + pid_m * tl.num_programs(0) + pid_n
         arrived = tl.atomic_add(cptr, 1, sem="acq_rel", scope="gpu")
         if arrived == SPLIT_K - 1:
-            zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            if INTERPRET:
+            # the last split of this tile: the acquire made the others' sums visible
+            if PARTIALS:  # read from L2 (.cg) and summed in split order: nothing to re-zero
+                gv = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+                uv = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+                for s in tl.static_range(SPLIT_K):
+                    gv += tl.load(wsp + s * M * 2 * I, mask=omask, other=0.0, cache_modifier=".cg")
+                    uv += tl.load(wsp + s * M * 2 * I + I, mask=omask, other=0.0, cache_modifier=".cg")
+            elif INTERPRET:
+                zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
                 gv = tl.load(wsp, mask=omask, other=0.0)
                 uv = tl.load(wsp + I, mask=omask, other=0.0)
                 tl.store(wsp, zero, mask=omask)
                 tl.store(wsp + I, zero, mask=omask)
-            else:
+            else:  # read back and re-zeroed for the next call, one atomic per element
+                zero = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
                 gv = tl.atomic_xchg(wsp, zero, mask=omask, sem="acq_rel", scope="gpu")
                 uv = tl.atomic_xchg(wsp + I, zero, mask=omask, sem="acq_rel", scope="gpu")
             hv = gv / (1.0 + tl.exp(-gv)) * uv
@@ -234,12 +229,17 @@ def build(config, shape):
 
 # --- ahead-of-time PTX, no GPU -----------------------------------------------------------------
 
+def _arch_cap(arch) -> int:
+    """90 for "sm_90a": the compute capability an arch string names."""
+    return int("".join(ch for ch in str(arch) if ch.isdigit()) or 90)
+
+
 def _aot(kernel, types, consts, num_warps, num_stages, arch, aligned=(), launch_pdl=False):
     """PTX for one kernel, specialised as the JIT would at run time: pointers (torch allocations)
     and the ints in ``aligned`` (strides that are multiples of 16) carry tt.divisibility=16."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    cap = int("".join(ch for ch in str(arch) if ch.isdigit()) or 90)
+    cap = _arch_cap(arch)
     sig, attrs = {}, {}
     for i, name in enumerate(kernel.arg_names):
         if name in consts:
@@ -257,7 +257,7 @@ def _aot(kernel, types, consts, num_warps, num_stages, arch, aligned=(), launch_
 
 def compile_ptx(config, shape, arch="sm_90a"):
     cfg = _full_config(config)
-    c13, c2 = _consts(cfg, shape, False, int("".join(ch for ch in str(arch) if ch.isdigit()) or 90))
+    c13, c2 = _consts(cfg, shape, False, _arch_cap(arch))
     types = {"x_ptr": "*bf16", "w13_ptr": "*bf16", "h_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32",
              "w2_ptr": "*bf16", "out_ptr": "*bf16", "M": "i32", "stride_xm": "i32", "stride_om": "i32"}
     al = ("stride_xm", "stride_om")
