@@ -38,3 +38,12 @@ use_plan() {
     PLAN=/tmp/plan.json
   fi
 }
+# layer_after_tuning WHAT BATCHES TIMEOUT_S: the decode layer with the winners of the table this call's tuning step
+# (bench/h200_session_x.sh) wrote as $OUT/*-WHAT.json, logged after that step in the same run.log. The step's wheel
+# goes first (self-tested there; at most 8 files come back). KT_LAYER_TIMEOUT_S overrides TIMEOUT_S.
+layer_after_tuning() {
+  rm -f "$OUT"/*.whl
+  local w
+  w=$(ls -t "$OUT"/*-"$1".json | head -n1)
+  run timeout "${KT_LAYER_TIMEOUT_S:-$3}" python3 bench/decode_layer.py --batches "$2" --winners "$w" --out "$OUT"
+}

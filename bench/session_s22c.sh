@@ -6,13 +6,10 @@
 # runs (call A's other half) wait. On an H100 it does nothing (the H100 has all of it: tables s21b/s21c, s21g).
 HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
 if [ "$HW" != h200 ]; then echo "session 22 call C: nothing to do on this card: $HW"; exit 0; fi
+source "$(dirname "$0")/device_lib.sh"  # layer_after_tuning; h200_session_x.sh logs into the same run.log
 KT_PLAN=bench/plans/mla_norms_s21.json KT_WHAT=decode-tuning-mla-s22c KT_TUNING_S=${KT_TUNING_S:-190} \
   KT_RESUME_DB=bench/results/2026-12-06-h200-decode-tuning-zn.sqlite KT_MOE_BATCHES=none KT_REQUIRE_HW=h200 \
   KT_ATTN_BATCHES=1,4,16 KT_ATTN_TIMEOUT_S=${KT_ATTN_TIMEOUT_S:-100} KT_SELFTEST_S=${KT_SELFTEST_S:-45} \
   KT_SELFTEST_ARGS="--slot mla_norms_gemm --rounds 10" bash "$(dirname "$0")/h200_session_x.sh"
-rm -f "$OUT"/*.whl  # self-tested above; at most 8 files come back
-W=$(ls -t "$OUT"/*-decode-tuning-mla-s22c.json | head -n1)
-mv "$OUT/run.log" "$OUT/run-mla.log"  # device_lib.sh below starts run.log afresh
-source "$(dirname "$0")/device_lib.sh"
-run timeout "${KT_LAYER_TIMEOUT_S:-150}" python3 bench/decode_layer.py --batches 1,4,16 --winners "$W" --out "$OUT"
+layer_after_tuning decode-tuning-mla-s22c 1,4,16 150
 grep -E "^== |M= *[0-9]|rror" "$L" | tail -20

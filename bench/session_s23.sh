@@ -19,11 +19,8 @@ elif [ "$HW" = h100 ]; then
 else
   echo "session 23: no plan for this card: $HW"; exit 0
 fi
+source "$(dirname "$0")/device_lib.sh"  # layer_after_tuning; h200_session_x.sh logs into the same run.log
 KT_REQUIRE_HW=$HW KT_MOE_BATCHES=none KT_ATTN_BATCHES= KT_SELFTEST_S=${KT_SELFTEST_S:-45} \
   KT_SELFTEST_ARGS="$SLOTS --rounds 10" bash "$(dirname "$0")/h200_session_x.sh"
-rm -f "$OUT"/*.whl  # self-tested above; at most 8 files come back
-W=$(ls -t "$OUT"/*-"$KT_WHAT".json | head -n1)
-mv "$OUT/run.log" "$OUT/run-tuning.log"  # device_lib.sh below starts run.log afresh
-source "$(dirname "$0")/device_lib.sh"
-run timeout "${KT_LAYER_TIMEOUT_S:-150}" python3 bench/decode_layer.py --batches "$LAYER" --winners "$W" --out "$OUT"
+layer_after_tuning "$KT_WHAT" "$LAYER" 150
 grep -E "^== |M= *[0-9]|rror" "$L" | tail -20
