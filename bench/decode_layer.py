@@ -20,6 +20,14 @@ launches counted with torch.profiler:
 - ``tuned_best_oproj_norm``, where the results file has a Triton winner of the oproj_residual_norm slot for the
   batch's bucket: ``tuned_best`` with o_proj and the MoE block's add + RMSNorm replaced by that winner (o_proj with
   the residual add and the norm in its kernels), the block starting at the router.
+- ``tuned_chain`` (sm_90+, beside ``tuned_best_oproj_norm``): the same kernels and configs with the chain carried
+  on from the attention input through o_proj into the MoE block by programmatic dependent launch (each file's
+  build(..., pdl=1) where it takes one): o_proj's GEMV fetches its first weights while the kernel ahead runs (here
+  q_b_proj's, which in a model is the attention kernel: also a small latency-bound read), the router's GEMV
+  fetches its first W tile while o_proj's norm runs, and w13 launches during the router's epilogue. The shared
+  expert stays on its stream. The row says which links were chained; the outputs are checked as the others'.
+  This bench feeds each part its own inputs, so an early read would go unseen here: the service's check of each
+  chained form (workers/chain.py: activations poisoned until a held producer writes them) is what rules it out.
 The outputs of each part are compared with stock's (rel-L2).
 
 The stock MoE (gather + bmm) copies each token's experts before it multiplies: at M = 1 it moves about three
@@ -51,6 +59,7 @@ import moe_block  # noqa: E402
 from kernels.deployment import batch_bucket  # noqa: E402
 from kernels.slots.base import rms_norm  # noqa: E402
 from results_files import tuned_winners  # noqa: E402
+from workers.chain import device_chains, takes_pdl  # noqa: E402
 from workers.fingerprint import measure_bandwidth_gbs  # noqa: E402
 
 O_PROJ_K = 1024  # K2 at TP8: 8 heads x v_head_dim 128
@@ -89,19 +98,23 @@ def oproj_norm_configs(path: str | None) -> dict[int, tuple[str, dict]]:
     return {m: won for m, won in by_m.items() if won[0] in ORN_FILES}
 
 
-def build_oproj_norm(m: int, n: int, k: int, eps: float, w: torch.Tensor, by_m: dict[int, tuple[str, dict]], dev, gen):
-    """(fn, buffers, used) of m's bucket's oproj_residual_norm winner on o_proj's weight, or None without one."""
+def build_oproj_norm(m: int, n: int, k: int, eps: float, w: torch.Tensor, by_m: dict[int, tuple[str, dict]], dev, gen,
+                     pdl: int = 0):
+    """(fn, buffers, used) of m's bucket's oproj_residual_norm winner on o_proj's weight, or None without one; pdl=1
+    builds it as a link of a chain where its file's build takes pdl (used then ends with whether it did)."""
     won = bucket_winner(by_m, m)
     if won is None:
         return None
     stem, cfg = won
-    fn = moe_block.load(stem).build(cfg, {"M": m, "N": n, "K": k, "eps": eps})
+    mod = moe_block.load(stem)
+    chained = bool(pdl) and takes_pdl(mod)
+    fn = mod.build(cfg, {"M": m, "N": n, "K": k, "eps": eps}, **({"pdl": pdl} if chained else {}))
     bf = torch.bfloat16
     buf = {"a": torch.randn(m, k, device=dev, generator=gen).to(bf),
            "residual": torch.randn(m, n, device=dev, generator=gen).to(bf),
            "norm_weight": (0.5 + torch.rand(n, device=dev, generator=gen)).to(bf),
            "out": torch.empty(m, n, device=dev, dtype=bf), "residual_out": torch.empty(m, n, device=dev, dtype=bf)}
-    return lambda: fn(w=w, **buf), buf, [stem, cfg]
+    return lambda: fn(w=w, **buf), buf, [stem, cfg] + ([{"chained": chained}] if pdl else [])
 
 
 def oproj_norm_rel_l2(buf: dict, w: torch.Tensor, eps: float) -> dict[str, float]:
@@ -185,12 +198,18 @@ def main() -> None:
                  "stock_fused_norm": (attn["stock_fused_norm"], o_stock, moe["stock_graph"]),
                  "tuned": (attn["tuned"], o_tuned, moe["tuned"]),
                  "tuned_best": (attn[attn_best], o_tuned, moe["tuned_side"])}
+        orn_chain = None
         if orn is not None:
             parts["tuned_best_oproj_norm"] = (attn[attn_best], orn[0], moe["tuned_side_after_norm"])
+            if "tuned_chain_after_norm" in moe:
+                orn_chain = build_oproj_norm(m, spec["H"], o_k, spec["eps"], o_buf["w"], orn_by_m, dev,
+                                             torch.Generator(device=dev).manual_seed(3000 + m), pdl=1)
+                parts["tuned_chain"] = (attn[attn_best], orn_chain[0], moe["tuned_chain_after_norm"])
         runs = {name: moe_block.capture(lambda fns=fns: [f() for f in fns], dev) for name, fns in parts.items()}
         times = moe_block.time_pair(runs, args.reps, dev)
         row = {"M": m, "tuned_kernels": {"attention_input": attn_used["tuned"], "o_proj": o_used, "moe": moe_files,
-                                         **({"oproj_residual_norm": orn[2]} if orn else {})},
+                                         **({"oproj_residual_norm": orn[2]} if orn else {}),
+                                         **({"oproj_residual_norm_chain": orn_chain[2]} if orn_chain else {})},
                "tuned_best_attention_input": attn_best, "side_stream": dev.type == "cuda",
                **moe_block.measure_per_call(runs, times, dev, 1)}
         d = data[0]
@@ -200,7 +219,10 @@ def main() -> None:
                                 for p in ("tuned", attn_best)},
             "o_proj": rel(o_buf["tuned"], o_buf["stock"]),
             **({"oproj_residual_norm_vs_fp32": oproj_norm_rel_l2(orn[1], o_buf["w"], spec["eps"])} if orn else {}),
-            "moe": {p: rel(buf[out], buf["stock_g_out"]) for p, out in (("tuned", "out"), ("tuned_side", "out_side"))}}
+            **({"oproj_residual_norm_chain_vs_fp32": oproj_norm_rel_l2(orn_chain[1], o_buf["w"], spec["eps"])}
+               if orn_chain else {}),
+            "moe": {p: rel(buf[out], buf["stock_g_out"]) for p, out in (("tuned", "out"), ("tuned_side", "out_side"),
+                                                                       ("tuned_chain", "out_chain")) if out in buf}}
         experts_used = int(buf["ids"].unique().numel())
         wb = weight_bytes(dims, spec, o_k, experts_used)
         floor_us = sum(wb.values()) / (gbs * 1e3)
@@ -213,6 +235,8 @@ def main() -> None:
         stock_ids, _ = moe_block.stock_router(spec, buf["h"], W)
         fp32_ids = moe_block.fp32_router_ids(spec, buf["h"], W)
         row["topk_set_match"] = {"tuned_vs_stock": moe_block.topk_match(buf["ids"], stock_ids),
+                                 **({"tuned_chain_vs_tuned": moe_block.topk_match(buf["ids_chain"], buf["ids"])}
+                                    if "ids_chain" in buf else {}),
                                  "tuned_vs_fp32_logits": moe_block.topk_match(buf["ids"], fp32_ids),
                                  "stock_vs_fp32_logits": moe_block.topk_match(stock_ids, fp32_ids)}
         for base in ("stock", "stock_fused_norm"):

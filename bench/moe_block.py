@@ -47,6 +47,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 VARIANTS = ROOT / "kernels" / "variants"
 sys.path.insert(0, str(ROOT / "bench"))
 from results_files import tuned_winners  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from workers.chain import device_chains, takes_pdl  # noqa: E402
 SPECS = {
     "k2-tp8": dict(H=7168, E=384, top_k=8, n_group=1, topk_group=1, I=2048 // 8, I_shared=2048 // 8, eps=1e-6,
                    scaling=2.827, scoring="sigmoid", norm=True),
@@ -149,7 +151,11 @@ def stock_experts_fn():
 
 def build_paths(s, m, W, configs, dev, after_norm=False):
     """The block's paths at batch m; ``after_norm`` adds ``tuned_side_after_norm``: tuned_side without its first
-    kernel, for a caller whose o_proj kernel already wrote the normed tokens."""
+    kernel, for a caller whose o_proj kernel already wrote the normed tokens, and on sm_90+ ``tuned_chain_after_norm``:
+    the same with the router and the routed experts built as links of a chain of programmatic dependent launches
+    (their build's pdl=1, where it takes one), so the router's GEMV fetches its weights while the kernel ahead of it
+    runs and w13 launches during the router's epilogue; it writes its own outputs (ids_chain, wts_chain,
+    routed_chain, out_chain)."""
     chosen = {k: dict(pick(configs, k, m)) for k in MODULES}
     files = {k: chosen[k].pop(FILE_KEY, MODULES[k]) for k in MODULES}
     gather_bmm = load("moe_experts_gather_bmm", "torch").build({"intermediate": "bf16"}, dict(M=m, top_k=s["top_k"], I=s["I"]))
@@ -159,6 +165,13 @@ def build_paths(s, m, W, configs, dev, after_norm=False):
            "moe_experts": dict(E=s["E"], K=s["H"], I=s["I"], top_k=s["top_k"]),
            "shared_expert": dict(K=s["H"], I=s["I_shared"])}
     fns = {k: load(files[k]).build(chosen[k], dict(shp[k], M=m, slot=k, name=k, dtype="bfloat16")) for k in MODULES}
+    chain_fns, chained = dict(fns), {}
+    if after_norm and device_chains(dev):
+        for k in ("router", "moe_experts"):
+            mod = load(files[k])
+            chained[k] = takes_pdl(mod)
+            if chained[k]:
+                chain_fns[k] = mod.build(chosen[k], dict(shp[k], M=m, slot=k, name=k, dtype="bfloat16"), pdl=1)
     bf = torch.bfloat16
     gen = torch.Generator(device=dev).manual_seed(1000 + m)  # the same tokens on every run of this script
     buf = {"x": torch.randn(m, s["H"], device=dev, generator=gen).to(bf),
@@ -173,7 +186,8 @@ def build_paths(s, m, W, configs, dev, after_norm=False):
     side_stream = torch.cuda.Stream() if dev.type == "cuda" else None
     experts, experts_name, capturable = stock_experts_fn()
 
-    def tuned(side=None, out="out", norm=True):
+    def tuned(side=None, out="out", norm=True, fns=fns, sfx=""):
+        """sfx "": the block's own buffers; "_chain": the chained path's ids, weights, routed and out."""
         if norm:  # norm=False: the caller ran the add + RMSNorm inside o_proj's kernels (bench/decode_layer.py)
             fns["add_rmsnorm"](x=buf["x"], residual=buf["res"], weight=W["norm_w"], out=buf["h"],
                                residual_out=buf["res_out"])
@@ -181,14 +195,14 @@ def build_paths(s, m, W, configs, dev, after_norm=False):
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 fns["shared_expert"](x=buf["h"], w13=W["sw13"], w2=W["sw2"], out=buf["shared"])
-        fns["router"](x=buf["h"], w=W["gate"], bias=W["bias"], topk_ids=buf["ids"], topk_weights=buf["wts"])
-        fns["moe_experts"](x=buf["h"], w13=W["w13"], w2=W["w2"], topk_ids=buf["ids"], topk_weights=buf["wts"],
-                           out=buf["routed"])
+        ids, wts, routed = buf["ids" + sfx], buf["wts" + sfx], buf["routed" + sfx]
+        fns["router"](x=buf["h"], w=W["gate"], bias=W["bias"], topk_ids=ids, topk_weights=wts)
+        fns["moe_experts"](x=buf["h"], w13=W["w13"], w2=W["w2"], topk_ids=ids, topk_weights=wts, out=routed)
         if side is None:
             fns["shared_expert"](x=buf["h"], w13=W["sw13"], w2=W["sw2"], out=buf["shared"])
         else:
             torch.cuda.current_stream().wait_stream(side)
-        torch.add(buf["routed"], buf["shared"], out=buf[out])
+        torch.add(routed, buf["shared"], out=buf[out])
 
     def stock(graph_experts=False):
         r = buf["x"] + buf["res"]
@@ -210,6 +224,12 @@ def build_paths(s, m, W, configs, dev, after_norm=False):
              "tuned_side": lambda: tuned(side=side_stream, out="out_side")}
     if after_norm:
         paths["tuned_side_after_norm"] = lambda: tuned(side=side_stream, out="out_side", norm=False)
+    if chained:
+        for name in ("ids", "wts", "routed", "out"):
+            buf[name + "_chain"] = torch.empty_like(buf[name])
+        paths["tuned_chain_after_norm"] = lambda: tuned(side=side_stream, out="out_chain", norm=False, fns=chain_fns,
+                                                        sfx="_chain")
+        files = {**files, "chained": chained}
     return paths, buf, files, experts_name, capturable
 
 

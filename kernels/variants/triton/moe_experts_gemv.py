@@ -36,6 +36,10 @@ M: 34.57 vs 30.35 us at M = 1 (ZE's winner), 60.34 vs 51.18 at M = 2, 110.88 vs 
 the prefetch adds w2's 29 MB to the HBM traffic of the w13 phase, whose rate (~3.1 TB/s at M = 1 in the block
 profile) is the limit, and w2 then still pays its L2 pass; the dependency bubble between the two is not the
 cost. The code went; this note keeps the numbers.
+build(..., pdl=1) is the block's chain (bench/decode_layer.py's tuned_chain, the export's dispatch(..., pdl=1)): w13
+is launched as a programmatic dependent of the router, so its launch and its programs' start overlap the router's
+epilogue; it waits before its first read and lets w2 launch only after that wait, because w2 (PDL = 1) reads the
+ids before its own. The service checks that form in its race (workers/chain.py) on sm_90+.
 Every output element is written on every call by exactly one program; inputs are never written.
 Under TRITON_INTERPRET=1 (CPU) the same code runs; programs run one after another, so the counter protocol
 reduces to "the last split of a tile sums".
@@ -98,8 +102,15 @@ def claims(config: dict, shape: dict) -> dict:
 @triton.jit
 def w13_kernel(x_ptr, w13_ptr, ids_ptr, h_ptr, ws_ptr, cnt_ptr, stride_xm,
                K: tl.constexpr, I: tl.constexpr, TOP_K: tl.constexpr, P: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, STEPS: tl.constexpr, PDL: tl.constexpr):
-    if PDL:  # let the w2 launch's programs start (and prefetch) once all of these have started
+               BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, STEPS: tl.constexpr, PDL: tl.constexpr,
+               CHAIN: tl.constexpr):
+    if CHAIN:
+        # a link of a layer's chain (build's pdl): launched while the router runs, it can fetch nothing before the
+        # wait (its rows are the router's picks), and lets w2 launch only after it: w2 reads the ids before its own
+        # wait, so they must be the router's finished output by the time any w2 program starts
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    elif PDL:  # let the w2 launch's programs start (and prefetch) once all of these have started
         tl.extra.cuda.gdc_launch_dependents()
     p = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -187,24 +198,24 @@ def check_constraints(config: dict, shape: dict) -> dict:
     return c
 
 
-def _metas(c: dict, shape: dict, pdl: bool) -> tuple[dict, dict]:
+def _metas(c: dict, shape: dict, pdl: bool, chain: bool = False) -> tuple[dict, dict]:
     m, k, i, top_k = (int(shape[n]) for n in ("M", "K", "I", "top_k"))
     w13 = dict(K=k, I=i, TOP_K=top_k, P=m * top_k, BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"],
-               SPLIT_K=c["SPLIT_K"], STEPS=(k // c["BLOCK_K"]) // c["SPLIT_K"], PDL=pdl)
+               SPLIT_K=c["SPLIT_K"], STEPS=(k // c["BLOCK_K"]) // c["SPLIT_K"], PDL=pdl, CHAIN=chain)
     w2 = dict(K=k, I=i, TOP_K=top_k, TOPK_PAD=triton.next_power_of_2(top_k), BLOCK_N=c["BLOCK_N2"],
               BLOCK_K=c["BLOCK_K2"], PDL=pdl)
     return w13, w2
 
 
-def compile_ptx(config: dict, shape: dict, arch: str) -> str:
+def compile_ptx(config: dict, shape: dict, arch: str, pdl: int = 0) -> str:
     """Ahead-of-time PTX of both kernels for ``arch`` (e.g. "sm_90a"), no GPU: the same specialisation the
-    GPU build gets (16-byte aligned pointers; strides divisible by 16 where K is)."""
+    GPU build gets (16-byte aligned pointers; strides divisible by 16 where K is); pdl as build's."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     c = check_constraints(config, shape)
     cc = int("".join(ch for ch in arch if ch.isdigit()))
-    w13, w2 = _metas(c, shape, bool(c["PDL"]) and cc >= 90)
+    w13, w2 = _metas(c, shape, bool(c["PDL"]) and cc >= 90, bool(pdl) and cc >= 90)
     aligned_stride = int(shape["K"]) % 16 == 0
     ptx = []
     for fn, types, meta, warps in (
@@ -220,7 +231,8 @@ def compile_ptx(config: dict, shape: dict, arch: str) -> str:
         src = ASTSource(fn=fn, signature=sig, constexprs=meta, attrs=attrs)
         ptx.append(triton.compile(src, target=GPUTarget("cuda", cc, 32),
                                   options={"num_warps": warps, "num_stages": 1,
-                                           **({"launch_pdl": True} if fn is w2_kernel and meta["PDL"] else {})}
+                                           **({"launch_pdl": True} if (fn is w2_kernel and meta["PDL"])
+                                              or (fn is w13_kernel and meta["CHAIN"]) else {})}
                                   ).asm["ptx"])
     return "\n".join(ptx)
 
@@ -231,14 +243,21 @@ def _home_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def build(config: dict, shape: dict) -> Callable[..., None]:
+def build(config: dict, shape: dict, pdl: int = 0) -> Callable[..., None]:
+    """pdl (a layer's chain of kernels, not a tuning parameter: the slot is timed from a clean start) 1 or 2: w13 is
+    launched as a programmatic dependent launch of the kernel ahead (the router), waits for it before it reads
+    anything, and then lets w2 launch; there is no early weight fetch to make (w13's rows are the router's picks),
+    so 2 is 1. sm_90+ GPUs only: elsewhere it is off."""
+    if pdl not in (0, 1, 2):
+        raise ValueError(f"pdl={pdl!r}: one of (0, 1, 2)")
     c = check_constraints(config, shape)
     m, k, i, top_k = (int(shape[n]) for n in ("M", "K", "I", "top_k"))
     p = m * top_k
     home = _home_device()
     # griddepcontrol is PTX for sm_90+; the interpreter (CPU) runs the plain pair, same results
-    pdl = bool(c["PDL"]) and home.type == "cuda" and torch.cuda.get_device_capability(home)[0] >= 9
-    w13_meta, w2_meta = _metas(c, shape, pdl)
+    sm90 = home.type == "cuda" and torch.cuda.get_device_capability(home)[0] >= 9
+    pdl_pair, chained = bool(c["PDL"]) and sm90, bool(pdl) and sm90
+    w13_meta, w2_meta = _metas(c, shape, pdl_pair, chained)
     n_tiles = i // c["BLOCK_N"]
     # Per device, allocated once (outside any graph capture): h, the split-K partials (every element the
     # reducer reads is rewritten on every call: no zeroing) and counters that must start at zero (each
@@ -269,8 +288,9 @@ def build(config: dict, shape: dict) -> Callable[..., None]:
         tw = topk_weights.contiguous()
         h, ws, cnt = scratch.get(x.device) or alloc(x.device)
         w13_kernel[(p, n_tiles, c["SPLIT_K"])](x, w13, ids, h, ws, cnt, x.stride(0), **w13_meta,
-                                               num_warps=c["num_warps"], num_stages=1)
-        launch = {"launch_pdl": True} if pdl else {}
+                                               num_warps=c["num_warps"], num_stages=1,
+                                               **({"launch_pdl": True} if chained else {}))
+        launch = {"launch_pdl": True} if pdl_pair else {}
         w2_kernel[(triton.cdiv(k, c["BLOCK_N2"]), m)](h, w2, ids, tw, out, out.stride(0), **w2_meta,
                                                       num_warps=c["num_warps2"], num_stages=1, **launch)
 

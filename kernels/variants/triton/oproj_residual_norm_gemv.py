@@ -24,6 +24,11 @@ launched plainly: a call never overlaps the previous call's norm, which reads th
 Why not one launch (the last tile to arrive normalises everything): at M = 16 that is one CTA reading and
 writing 16 x 14 KB after the GEMV, a serial tail; a grid barrier instead could deadlock when the grid is not
 co-resident. The chained second launch costs neither.
+build(..., pdl=1) is the layer's chain (bench/decode_layer.py's tuned_chain, the export's dispatch(..., pdl=1)): the
+GEMV is itself a dependent launch that fetches its first W step before its wait and reads a and the residual
+after it (it writes nothing before the wait, so a chained call may even follow its own previous call's norm), and
+the norm lets the router's GEMV launch and fetch its weights while the norm runs. The service checks that form in
+its race (workers/chain.py) on sm_90+.
 Every output element is written on every call by exactly one program; inputs are never written.
 Under TRITON_INTERPRET=1 (CPU) the same code runs, the two launches plainly and programs one after another,
 so the counter protocol reduces to "the last split of a tile sums".
@@ -95,7 +100,8 @@ def _residual_epilogue(acc, r, offs_m, offs_n, m_ok, mask, pid_n, res_out_ptr, s
 def gemv_residual_kernel(a_ptr, w_ptr, res_ptr, res_out_ptr, ssq_ptr, ws_ptr, cnt_ptr, M, N,
                          stride_am, stride_r, stride_ro,
                          K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         SPLIT_K: tl.constexpr, STEPS: tl.constexpr, EVEN_M: tl.constexpr, PDL: tl.constexpr):
+                         SPLIT_K: tl.constexpr, STEPS: tl.constexpr, EVEN_M: tl.constexpr, PDL: tl.constexpr,
+                         CHAIN: tl.constexpr):
     if PDL:  # the norm launch's programs may start (and load norm_weight) once all of these have started
         tl.extra.cuda.gdc_launch_dependents()
     pid_n = tl.program_id(0)
@@ -108,13 +114,21 @@ def gemv_residual_kernel(a_ptr, w_ptr, res_ptr, res_out_ptr, ssq_ptr, ws_ptr, cn
     mask = m_ok[:, None] & n_ok[None, :]
     # clamped, not masked: out-of-range rows read a valid row and are never stored, so the W load stays vectorised
     offs_n_safe = tl.where(n_ok, offs_n, 0)
+    w_ptrs = w_ptr + offs_n_safe[None, :, None] * K + offs_k[None, None, :]
+    if CHAIN:
+        # a link of a chain (build's pdl): launched while the kernel ahead runs, it fetches its first W step
+        # then, and reads the activations (a, the residual) only after the wait
+        w_first = tl.load(w_ptrs)
+        tl.extra.cuda.gdc_wait()
     r = tl.load(res_ptr + offs_m[:, None] * stride_r + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
     x_ptrs = a_ptr + offs_m[:, None, None] * stride_am + offs_k[None, None, :]
-    w_ptrs = w_ptr + offs_n_safe[None, :, None] * K + offs_k[None, None, :]
     m_ok3 = m_ok[:, None, None]
     acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
     for s in tl.static_range(STEPS):  # straight-line: no load waits on another or on a sum
-        w = tl.load(w_ptrs + s * BLOCK_K)
+        if CHAIN and s == 0:
+            w = w_first
+        else:
+            w = tl.load(w_ptrs + s * BLOCK_K)
         if EVEN_M:
             x = tl.load(x_ptrs + s * BLOCK_K)
         else:
@@ -142,7 +156,10 @@ def gemv_residual_kernel(a_ptr, w_ptr, res_ptr, res_out_ptr, ssq_ptr, ws_ptr, cn
 
 @triton.jit
 def rownorm_kernel(res_out_ptr, ssq_ptr, nw_ptr, out_ptr, M, N, stride_ro, stride_o, eps,
-                   NB: tl.constexpr, NB_PAD: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr):
+                   NB: tl.constexpr, NB_PAD: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr,
+                   CHAIN: tl.constexpr):
+    if CHAIN:  # a link of a chain: the kernel after o_proj (the router's GEMV) may launch and fetch its weights now
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < N
@@ -169,12 +186,14 @@ def _np2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def _metas(c: dict, shape: dict, pdl: bool) -> tuple[dict, dict]:
+def _metas(c: dict, shape: dict, pdl: bool, chain: bool = False) -> tuple[dict, dict]:
+    """pdl: the config's PDL (the norm a dependent launch of the GEMV); chain: build's pdl, which implies it."""
     m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
     nb = triton.cdiv(n, c["BLOCK_N"])
+    pair = pdl or chain
     gemv = dict(K=k, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"], SPLIT_K=c["SPLIT_K"],
-                STEPS=(k // c["BLOCK_K"]) // c["SPLIT_K"], EVEN_M=m == c["BLOCK_M"], PDL=pdl)
-    norm = dict(NB=nb, NB_PAD=_np2(nb), BLOCK=c["NORM_BLOCK"], PDL=pdl)
+                STEPS=(k // c["BLOCK_K"]) // c["SPLIT_K"], EVEN_M=m == c["BLOCK_M"], PDL=pair, CHAIN=chain)
+    norm = dict(NB=nb, NB_PAD=_np2(nb), BLOCK=c["NORM_BLOCK"], PDL=pair, CHAIN=chain)
     return gemv, norm
 
 
@@ -183,15 +202,16 @@ _TYPES = {"a_ptr": "*bf16", "w_ptr": "*bf16", "res_ptr": "*bf16", "res_out_ptr":
           "stride_am": "i32", "stride_r": "i32", "stride_ro": "i32", "stride_o": "i32", "eps": "fp32"}
 
 
-def compile_ptx(config: dict, shape: dict, arch: str) -> str:
+def compile_ptx(config: dict, shape: dict, arch: str, pdl: int = 0) -> str:
     """Ahead-of-time PTX of both kernels for ``arch`` (e.g. "sm_90a"), no GPU: the specialisation the GPU build
-    gets (16-byte aligned pointers; N and the strides divisible by 16 where the shape makes them so)."""
+    gets (16-byte aligned pointers; N and the strides divisible by 16 where the shape makes them so); pdl as
+    build's."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     c = check_constraints(config, shape)
     cc = int("".join(ch for ch in arch if ch.isdigit()))
-    gemv, norm = _metas(c, shape, bool(c["PDL"]) and cc >= 90)
+    gemv, norm = _metas(c, shape, bool(c["PDL"]) and cc >= 90, bool(pdl) and cc >= 90)
     aligned = {"stride_am": int(shape["K"]) % 16 == 0, "N": int(shape["N"]) % 16 == 0}
     for name in ("stride_r", "stride_ro", "stride_o"):
         aligned[name] = aligned["N"]
@@ -204,7 +224,7 @@ def compile_ptx(config: dict, shape: dict, arch: str) -> str:
                 attrs[(idx,)] = [["tt.divisibility", 16]]
         src = ASTSource(fn=fn, signature=sig, constexprs=meta, attrs=attrs)
         options = {"num_warps": warps, "num_stages": 1,
-                   **({"launch_pdl": True} if fn is rownorm_kernel and meta["PDL"] else {})}
+                   **({"launch_pdl": True} if meta["CHAIN"] or (fn is rownorm_kernel and meta["PDL"]) else {})}
         ptx.append(triton.compile(src, target=GPUTarget("cuda", cc, 32), options=options).asm["ptx"])
     return "\n".join(ptx)
 
@@ -215,14 +235,22 @@ def _home_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def build(config: dict, shape: dict) -> Callable[..., None]:
+def build(config: dict, shape: dict, pdl: int = 0) -> Callable[..., None]:
+    """pdl (a layer's chain of kernels, not a tuning parameter: the slot is timed from a clean start) 1 or 2: the
+    GEMV is launched as a programmatic dependent launch of the kernel ahead and fetches its first W step while that
+    runs, the norm is chained behind it whatever the config's PDL, and the norm lets the next kernel (the router)
+    launch at once. No L2-prefetch level: 2 is 1. sm_90+ GPUs only: elsewhere it is off."""
+    if pdl not in (0, 1, 2):
+        raise ValueError(f"pdl={pdl!r}: one of (0, 1, 2)")
     c = check_constraints(config, shape)
     m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
     eps = float(shape.get("eps", 1e-6))
     home = _home_device()
     # griddepcontrol is PTX for sm_90+; the interpreter (CPU) runs the plain pair, same results
-    pdl = bool(c["PDL"]) and home.type == "cuda" and torch.cuda.get_device_capability(home)[0] >= 9
-    gemv, norm = _metas(c, shape, pdl)
+    sm90 = home.type == "cuda" and torch.cuda.get_device_capability(home)[0] >= 9
+    chained = bool(pdl) and sm90
+    gemv, norm = _metas(c, shape, bool(c["PDL"]) and sm90, chained)
+    pdl = norm["PDL"]  # the norm a dependent launch: the config's PDL, or a chain
     nb, split = norm["NB"], c["SPLIT_K"]
     # Per device, allocated once (outside any graph capture): the per-tile sums of squares and the split-K
     # partials (every element read is rewritten on every call: no zeroing), and counters that must start at
@@ -253,7 +281,8 @@ def build(config: dict, shape: dict) -> Callable[..., None]:
         ssq, ws, cnt = scratch.get(a.device) or alloc(a.device)
         gemv_residual_kernel[(nb, split)](a, w, residual, residual_out, ssq, ws, cnt, m, n, a.stride(0),
                                           residual.stride(0), residual_out.stride(0), **gemv,
-                                          num_warps=c["num_warps"], num_stages=1)
+                                          num_warps=c["num_warps"], num_stages=1,
+                                          **({"launch_pdl": True} if chained else {}))
         launch = {"launch_pdl": True} if pdl else {}
         rownorm_kernel[(m, triton.cdiv(n, c["NORM_BLOCK"]))](residual_out, ssq, norm_weight, out, m, n,
                                                               residual_out.stride(0), out.stride(0), eps, **norm,

@@ -46,6 +46,13 @@ which serialise at L2, where the dot form makes 96. Kept as a searchable point o
 table decides. EPILOGUE="fused_tiles" tested that hypothesis (table ZF, M = 1): the fma form went from 10.82 us
 (single counter, table X-ZE) to 8.78, still behind the tensor-core "fused" form's 8.40 in the same job, which
 the two-level arrival slows (9.08: its 84 CTAs pay a second dependent atomic and gain nothing).
+build(..., pdl=1) is the layer's chain (bench/decode_layer.py's tuned_chain, the export's dispatch(..., pdl=1)): the
+GEMV is a dependent launch of the kernel ahead (the post-attention norm), fetches its first W tile (the fma
+form: its first unrolled step) before griddepcontrol.wait and x after it, and adds into the workspace only after
+it, so the previous call's epilogue has re-zeroed it; a separate epilogue is then always chained, and lets the
+experts' w13 launch as it starts. Why: at M = 1 the gate GEMV is one or two DRAM round trips of 5.5 MB at ~4 us,
+of the order of the norm ahead of it, and its weights depend on nothing. The service checks that form in its
+race (workers/chain.py) on sm_90+.
 The workspace (zeroed once at first call) is self-cleaning: every element that a call adds to is
 set back to 0 by that call's epilogue. CUDA-graph capturable: no host sync, no allocation
 after the first call.
@@ -236,8 +243,10 @@ def router_gemv_kernel(x_ptr, w_ptr, bias_ptr, ws_ptr, counter_ptr, ids_ptr, wts
                        TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
                        NORM: tl.constexpr, M_LOOP: tl.constexpr, INTERPRET: tl.constexpr,
                        FMA: tl.constexpr, STEPS: tl.constexpr, TILES: tl.constexpr, BITONIC: tl.constexpr,
-                       PDL: tl.constexpr):
-    if PDL:  # let the epilogue launch's CTA start (and load its bias) now; it waits for this grid's end
+                       PDL: tl.constexpr, CHAIN: tl.constexpr, K0: tl.constexpr):
+    if PDL or CHAIN:
+        # the epilogue launch's CTA (PDL), or in a chain whatever comes next, may start now; it waits for this
+        # grid's end
         tl.extra.cuda.gdc_launch_dependents()
     pid_e = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -259,14 +268,30 @@ def router_gemv_kernel(x_ptr, w_ptr, bias_ptr, ws_ptr, counter_ptr, ids_ptr, wts
         x_ptrs = x_ptr + offs_m[:, None, None] * stride_xm + offs_k[None, None, :]
         w_ptrs = w_ptr + tl.where(e_ok, offs_e, 0)[None, :, None] * K + offs_k[None, None, :]
         acc3 = tl.zeros([BLOCK_M, BLOCK_E, BLOCK_K], dtype=tl.float32)
+        if CHAIN:  # a link of a chain: the weights' first step is fetched while the kernel ahead runs
+            b_first = tl.load(w_ptrs)
+            tl.extra.cuda.gdc_wait()
         for s in tl.static_range(STEPS):
-            b3 = tl.load(w_ptrs + s * BLOCK_K)
+            if CHAIN and s == 0:
+                b3 = b_first
+            else:
+                b3 = tl.load(w_ptrs + s * BLOCK_K)
             a3 = tl.load(x_ptrs + s * BLOCK_K, mask=m_ok[:, None, None], other=0.0)
             acc3 += a3.to(tl.float32) * b3.to(tl.float32)
         acc = tl.sum(acc3, axis=2)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_E], dtype=tl.float32)
-        for kk in range(0, K_SPLIT, BLOCK_K):
+        if CHAIN:
+            # a link of a chain: the first W tile is fetched while the kernel ahead runs, x only after the wait;
+            # the loop below starts at K0 = BLOCK_K
+            offs_k = k_lo + tl.arange(0, BLOCK_K)
+            k_ok = offs_k < K
+            b = tl.load(w_ptr + offs_e[:, None] * K + offs_k[None, :], mask=e_ok[:, None] & k_ok[None, :], other=0.0)
+            tl.extra.cuda.gdc_wait()
+            a = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=m_ok[:, None] & k_ok[None, :],
+                        other=0.0)
+            acc += tl.dot(a, tl.trans(b))  # GPU only (INTERPRET is never chained)
+        for kk in range(K0, K_SPLIT, BLOCK_K):
             offs_k = k_lo + kk + tl.arange(0, BLOCK_K)
             k_ok = offs_k < K
             a = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :], mask=m_ok[:, None] & k_ok[None, :],
@@ -308,7 +333,9 @@ def router_epilogue_kernel(ws_ptr, bias_ptr, ids_ptr, wts_ptr, M, scaling,
                            E: tl.constexpr, E_PAD: tl.constexpr, EPI_M: tl.constexpr,
                            TOP_K: tl.constexpr, TOP_K_PAD: tl.constexpr, N_GROUP: tl.constexpr,
                            TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
-                           NORM: tl.constexpr, BITONIC: tl.constexpr, PDL: tl.constexpr):
+                           NORM: tl.constexpr, BITONIC: tl.constexpr, PDL: tl.constexpr, CHAIN: tl.constexpr):
+    if CHAIN:  # a link of a chain: the next kernel (the experts' w13) may launch now; it waits for this one's end
+        tl.extra.cuda.gdc_launch_dependents()
     bias = _load_bias(bias_ptr, E, E_PAD)  # independent of the GEMV: before the wait
     if PDL:
         tl.extra.cuda.gdc_wait()  # the GEMV grid has completed and its logits are visible
@@ -336,7 +363,9 @@ def _pdl(cfg, cap):
     return bool(int(cfg["PDL"])) and cfg["EPILOGUE"] == "separate" and cap >= 90
 
 
-def _consts(cfg, shape, interpret, pdl):
+def _consts(cfg, shape, interpret, pdl, chain=False):
+    """(gemv constexprs, epilogue constexprs, grid). pdl: the separate epilogue as a dependent launch; chain: the
+    whole router as a link of a chain (build's pdl), which makes the separate epilogue a dependent launch too."""
     E, K, top_k = int(shape["E"]), int(shape["K"]), int(shape["top_k"])
     n_group = int(shape.get("n_group", 1) or 1)
     topk_group = int(shape.get("topk_group", 1) or 1)
@@ -348,19 +377,27 @@ def _consts(cfg, shape, interpret, pdl):
     epi = dict(E=E, E_PAD=_np2(E), EPI_M=int(cfg["EPI_M"]), TOP_K=top_k, TOP_K_PAD=_np2(top_k),
                N_GROUP=n_group, TOPK_GROUP=topk_group, NG_PAD=_np2(max(n_group, 2)),
                SOFTMAX=shape.get("scoring", "sigmoid") == "softmax", NORM=bool(shape.get("norm", True)),
-               BITONIC=cfg["TOPK"] == "bitonic", PDL=pdl)
+               BITONIC=cfg["TOPK"] == "bitonic", PDL=pdl or (chain and cfg["EPILOGUE"] == "separate"),
+               CHAIN=chain)
     fma = cfg["MATH"] == "fma"
     if fma and (K % bk or (K // bk) % split):
         raise ValueError(f"MATH=fma needs whole, equal BLOCK_K steps per split: K={K}, BLOCK_K={bk}, SPLIT_K={split}")
     gemv = dict(K=K, E=E, K_SPLIT=k_split, BLOCK_M=int(cfg["BLOCK_M"]), BLOCK_E=int(cfg["BLOCK_E"]),
                 BLOCK_K=bk, FUSED_EPI=cfg["EPILOGUE"] != "separate", TILES=cfg["EPILOGUE"] == "fused_tiles",
                 M_LOOP=max(1, int(shape["M"])), FMA=fma, STEPS=(K // bk) // split if fma else 0, INTERPRET=interpret,
-                **{k: v for k, v in epi.items() if k != "E"})
+                K0=bk if chain and not fma else 0, **{k: v for k, v in epi.items() if k != "E"})
     grid = (triton.cdiv(E, int(cfg["BLOCK_E"])), triton.cdiv(K, k_split))
     return gemv, epi, grid
 
 
-def build(config, shape):
+def build(config, shape, pdl=0):
+    """pdl (a layer's chain of kernels, not a tuning parameter: the slot is timed from a clean start) 1 or 2: the GEMV
+    is launched as a programmatic dependent launch of the kernel ahead, fetches its first W tile while that runs
+    and reads x only after griddepcontrol.wait, and lets the next kernel launch at once; a separate epilogue is
+    chained behind it and lets the kernel after the router (the experts' w13) launch. No L2-prefetch level: 2 is 1.
+    sm_90+ GPUs only: elsewhere, and in the interpreter, it is off."""
+    if pdl not in (0, 1, 2):
+        raise ValueError(f"pdl={pdl!r}: one of (0, 1, 2)")
     cfg = _full_config(config)
     M = int(shape["M"])
     E, top_k = int(shape["E"]), int(shape["top_k"])
@@ -374,7 +411,8 @@ def build(config, shape):
         st = state.get(key)
         if st is None:  # first call on this device: workspaces (zeroed once, self-cleaning after)
             major, minor = torch.cuda.get_device_capability(x.device) if x.device.type == "cuda" else (0, 0)
-            gemv, epi, grid = _consts(cfg, shape, interpret, _pdl(cfg, 10 * major + minor))
+            cap = 10 * major + minor
+            gemv, epi, grid = _consts(cfg, shape, interpret, _pdl(cfg, cap), bool(pdl) and cap >= 90)
             st = state[key] = {
                 "ws": torch.zeros((max(M, 1) * E,), device=x.device, dtype=torch.float32),
                 # [0]: CTAs (fused) or E tiles (fused_tiles) arrived; [1:]: each (E, M) tile's splits arrived
@@ -385,9 +423,10 @@ def build(config, shape):
         gemv, epi = st["gemv"], st["epi"]
         grid = (*st["grid"], triton.cdiv(m, gemv["BLOCK_M"]))
         router_gemv_kernel[grid](x, w, bias, st["ws"], st["counter"], topk_ids, topk_weights,
-                                 m, x.stride(0), scaling, num_warps=nw, num_stages=ns, **gemv)
+                                 m, x.stride(0), scaling, num_warps=nw, num_stages=ns, **gemv,
+                                 **({"launch_pdl": True} if gemv["CHAIN"] else {}))
         if not gemv["FUSED_EPI"]:
-            launch = {"launch_pdl": True} if epi["PDL"] else {}
+            launch = {"launch_pdl": True} if epi["PDL"] else {}  # the config's PDL, or a chain
             router_epilogue_kernel[(triton.cdiv(m, epi["EPI_M"]),)](
                 st["ws"], bias, topk_ids, topk_weights, m, scaling, num_warps=int(cfg["EPI_WARPS"]), **epi,
                 **launch)
@@ -421,16 +460,17 @@ def _aot(kernel, types, consts, num_warps, num_stages, arch, aligned=(), **optio
     return out.asm["ptx"]
 
 
-def compile_ptx(config, shape, arch="sm_90a"):
+def compile_ptx(config, shape, arch="sm_90a", pdl=0):
+    """Both kernels' PTX for ``arch`` with no GPU; pdl as build's (the chained form)."""
     cfg = _full_config(config)
-    pdl = _pdl(cfg, _cap(arch))
-    gemv, epi, _ = _consts(cfg, shape, False, pdl)
+    gemv, epi, _ = _consts(cfg, shape, False, _pdl(cfg, _cap(arch)), bool(pdl) and _cap(arch) >= 90)
     nw, ns = int(cfg["num_warps"]), int(cfg["num_stages"])
     types = {"x_ptr": "*bf16", "w_ptr": "*bf16", "bias_ptr": "*fp32", "ws_ptr": "*fp32",
              "counter_ptr": "*i32", "ids_ptr": "*i32", "wts_ptr": "*fp32", "M": "i32",
              "stride_xm": "i32", "scaling": "fp32"}
-    ptx = _aot(router_gemv_kernel, types, gemv, nw, ns, arch, aligned=("stride_xm",))
+    ptx = _aot(router_gemv_kernel, types, gemv, nw, ns, arch, aligned=("stride_xm",),
+               **({"launch_pdl": True} if gemv["CHAIN"] else {}))
     if not gemv["FUSED_EPI"]:
         ptx += "\n" + _aot(router_epilogue_kernel, types, epi, int(cfg["EPI_WARPS"]), ns, arch,
-                           **({"launch_pdl": True} if pdl else {}))
+                           **({"launch_pdl": True} if epi["PDL"] else {}))
     return ptx
