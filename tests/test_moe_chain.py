@@ -131,6 +131,24 @@ def orn_args(gen: torch.Generator):
             }, ("out", "residual_out")
 
 
+def block_chain_path() -> None:
+    """moe_block's tuned_chain_after_norm, where the device is taken to chain (here the chained builds are the plain
+    kernels): it writes its own ids, weights and output, and they equal tuned_side_after_norm's."""
+    import moe_block
+    from test_moe_block import GEMV_AT_1
+
+    moe_block.device_chains = lambda device: True
+    spec, dev = moe_block.SPECS["tiny"], torch.device("cpu")
+    weights = moe_block.make_weights(spec, dev, torch.Generator(device=dev).manual_seed(0))
+    paths, buf, files, *_ = moe_block.build_paths(spec, 1, weights, GEMV_AT_1, dev, after_norm=True)
+    assert files["chained"] == {"router": True, "moe_experts": True}
+    buf["h"].copy_(torch.randn(buf["h"].shape, generator=torch.Generator().manual_seed(3)).to(buf["h"].dtype))
+    paths["tuned_side_after_norm"]()
+    paths["tuned_chain_after_norm"]()
+    assert torch.equal(buf["ids_chain"], buf["ids"]) and torch.equal(buf["wts_chain"], buf["wts"])
+    assert torch.equal(buf["out_chain"], buf["out_side"]) and torch.isfinite(buf["out_chain"].float()).all()
+
+
 CASES = {
     "router": ("router_fused", {**ROUTER_DOT, "BLOCK_E": 16, "BLOCK_K": 128, "SPLIT_K": 4},
                {**ROUTER, "E": 32, "K": 512, "top_k": 4, "M": 2}, router_args),
@@ -149,7 +167,12 @@ def test_off_the_gpu_the_chained_build_is_the_plain_kernels(interpreted, case: s
     assert interpreted[case] == "ok", interpreted[case]
 
 
+def test_the_moe_block_chain_path_writes_its_own_outputs(interpreted) -> None:
+    assert interpreted["moe_block"] == "ok", interpreted["moe_block"]
+
+
 if __name__ == "__main__":  # the child process: TRITON_INTERPRET=1 was set before triton's import
     from support.interpreted import run_cases
 
-    run_cases({case: (chained_equals_plain, args) for case, args in CASES.items()})
+    run_cases({**{case: (chained_equals_plain, args) for case, args in CASES.items()},
+               "moe_block": (block_chain_path, ())})
