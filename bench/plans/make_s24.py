@@ -7,6 +7,9 @@ chained form checked), beside the plan that card still has to run:
   h100-s23;
 - bench/plans/s24_h200.json: session 23's H200 plan (bench/plans/s23_h200.json) + those incumbents from table ZN
   (ZN has no oproj_residual_norm_gemv: that plan brings its configs).
+- bench/plans/s24b_h100.json: the H100's incumbents alone, for a second call resumed from the first's table (h100-s24),
+  after the chained check stopped holding three sets of inputs and a copy of the weights: four moe_experts runs of
+  the first call ran out of the H100's memory in that check (twelve workers side by side).
 Run from the repo root after make_s23.py.
 """
 
@@ -49,6 +52,9 @@ for card, base, table in (("h100", "bench/plans/s23b_fused_pdl.json",
     plan["variants"] = [{**v, "batch_sizes": v.get("batch_sizes", plan["deployment"]["batch_sizes"])}
                         for v in plan["variants"]] + extra
     plan["deployment"]["batch_sizes"] = sorted({m for v in plan["variants"] for m in v["batch_sizes"]})
+    if card == "h100":
+        second = {"deployment": {**plan["deployment"], "batch_sizes": [1, 2, 4]}, "variants": extra}
+        Path("bench/plans/s24b_h100.json").write_text(json.dumps(second, indent=1) + "\n")
     out = Path(f"bench/plans/s24_{card}.json")
     out.write_text(json.dumps(plan, indent=1) + "\n")
     print(f"{out}: {len(plan['variants'])} items; incumbents " + ", ".join(
