@@ -24,5 +24,5 @@ fi
 source "$(dirname "$0")/device_lib.sh"  # layer_after_tuning; h200_session_x.sh logs into the same run.log
 KT_REQUIRE_HW=$HW KT_MOE_BATCHES=none KT_ATTN_BATCHES= KT_SELFTEST_S=${KT_SELFTEST_S:-50} \
   KT_SELFTEST_ARGS="$SLOTS --rounds 10" bash "$(dirname "$0")/h200_session_x.sh"
-layer_after_tuning "$KT_WHAT" 1,2,4 150
+layer_after_tuning "$KT_WHAT" "${KT_LAYER_BATCHES:-1,2,4}" 150
 grep -E "^== |M= *[0-9]|rror" "$L" | tail -20

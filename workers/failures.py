@@ -21,6 +21,24 @@ class Failure(Exception):
         self.details = details
 
 
+# What torch and the CUDA libraries say when an allocation on the device fails (torch.OutOfMemoryError is the usual
+# form; cuBLAS and a raw CUDA error reach Python as RuntimeErrors with these words)
+_OOM_WORDS = ("CUDA out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "cudaErrorMemoryAllocation", "CUDA error: out of memory")
+
+
+def device_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc``, or an exception it was raised from (a Failure wraps the variant's), is the device running out
+    of memory."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain of causes, never a cycle's worth
+        if seen is None:
+            return False
+        if isinstance(seen, torch.OutOfMemoryError) or any(w in str(seen) for w in _OOM_WORDS):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

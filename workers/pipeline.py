@@ -11,6 +11,7 @@ Order matters and is all here:
 from __future__ import annotations
 
 import fcntl
+import gc
 import hashlib
 import sys
 import time
@@ -162,8 +163,7 @@ def _stages(spec: RunSpec, env: ChildEnv, result: RunResult, slot: Slot, shape: 
     if compiled is None:
         return
     module, built, filename = compiled
-    with lock.shared():
-        _check(spec, result, slot, shape, device, verify, module, built, filename)
+    check_beside_others(lock, device, lambda: _check(spec, result, slot, shape, device, verify, module, built, filename))
     control_fn, control_error = _build_control(spec, env, shape, device, verify, control_backend)
     with lock.exclusive():  # the timed phase has the device to itself
         bench, timed = run_bench(BenchContext(slot, shape, spec.m, device, built.fn, spec.bench,
@@ -173,6 +173,31 @@ def _stages(spec: RunSpec, env: ChildEnv, result: RunResult, slot: Slot, shape: 
     result.check.trials.append(timed)
     result.bench = bench
     _end(result, Verdict.passed, "ok", "compiled, checked and benchmarked")
+
+
+def release_device_memory(device: torch.device) -> None:
+    """Hand the caching allocator's free blocks back to the device, so that other runs' checks can have them."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def check_beside_others(lock: DeviceLock, device: torch.device, check: Callable[[], None]) -> None:
+    """The check runs beside other runs' checks. Their inputs and ours together can outgrow the device (twelve
+    moe_experts checks, each holding 4 GB of expert weights, ran an 80 GB H100 out of memory): on running out, the
+    check runs once more with the device to itself, so contention is neither the variant's verdict nor a lost run.
+    Either way this run keeps no cached blocks while it waits to be timed."""
+    try:
+        with lock.shared():
+            check()
+    except Exception as exc:
+        if not workers.failures.device_out_of_memory(exc):
+            raise
+        release_device_memory(device)
+        with lock.exclusive():
+            check()
+    finally:
+        release_device_memory(device)
 
 
 def _compile(spec: RunSpec, env: ChildEnv, result: RunResult, shape: Shape, device: torch.device,

@@ -63,6 +63,11 @@ for card, base, table in (("h100", "bench/plans/s23b_fused_pdl.json",
         se_small = {**se, "configs": [p[0] for p in picks], "batch_sizes": [1, 2]}
         second = {"deployment": {**plan["deployment"], "batch_sizes": [1, 2, 4]}, "variants": extra + [se_small]}
         Path("bench/plans/s24b_h100.json").write_text(json.dumps(second, indent=1) + "\n")
+        # call C: the routed experts' incumbents alone, twelve workers on them at once, after the check learned to
+        # run again with the device to itself when the card runs out of memory (call B: 5 of 9 ran out)
+        moe = [v for v in extra if v["slot"] == "moe_experts"]
+        third = {"deployment": {**plan["deployment"], "batch_sizes": [1, 2, 4]}, "variants": moe}
+        Path("bench/plans/s24c_h100.json").write_text(json.dumps(third, indent=1) + "\n")
     out = Path(f"bench/plans/s24_{card}.json")
     out.write_text(json.dumps(plan, indent=1) + "\n")
     print(f"{out}: {len(plan['variants'])} items; incumbents " + ", ".join(

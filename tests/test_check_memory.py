@@ -1,0 +1,94 @@
+"""A check that runs out of device memory beside other runs' checks (workers/pipeline.py check_beside_others): on an
+H100 with twelve workers, moe_experts checks holding 4 GB of expert weights each ran the card out of its 80 GB, and
+the runs ended as harness errors. Now such a check runs once more with the device to itself; any other failure, and
+a second running-out, end the run as before."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import pytest
+import torch
+
+from workers.failures import Failure, call_kernel, device_out_of_memory
+from workers.pipeline import check_beside_others
+from workers.protocol import Verdict
+
+CUBLAS = RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
+
+
+class RecordingLock:
+    """The DeviceLock's two modes, recording which one each attempt ran under."""
+
+    def __init__(self) -> None:
+        self.modes: list[str] = []
+
+    @contextmanager
+    def _hold(self, mode: str) -> Iterator[None]:
+        self.modes.append(mode)
+        yield
+
+    def shared(self):
+        return self._hold("shared")
+
+    def exclusive(self):
+        return self._hold("exclusive")
+
+
+def failing(*errors: BaseException):
+    """A check that raises ``errors`` in turn, then passes; it records how many times it ran."""
+    calls = []
+
+    def check() -> None:
+        calls.append(1)
+        if len(calls) <= len(errors):
+            raise errors[len(calls) - 1]
+    return check, calls
+
+
+def variant_crash(exc: Exception) -> Failure:
+    """What call_kernel makes of an exception raised inside the variant's call."""
+    def fn(**_: torch.Tensor) -> None:
+        raise exc
+    with pytest.raises(Failure) as info:
+        call_kernel(fn, {}, {}, torch.device("cpu"), "variant.py")
+    return info.value
+
+
+def test_what_counts_as_the_device_running_out() -> None:
+    assert device_out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.62 GiB"))
+    assert device_out_of_memory(CUBLAS)
+    wrapped = variant_crash(torch.OutOfMemoryError("CUDA out of memory"))
+    assert wrapped.verdict == Verdict.crashed and device_out_of_memory(wrapped)
+    assert not device_out_of_memory(variant_crash(IndexError("index 9 is out of bounds")))
+    assert not device_out_of_memory(Failure(Verdict.check_failed, "mismatch", "out: 12 of 4096 elements differ"))
+    assert not device_out_of_memory(MemoryError())  # the host's, not the device's
+
+
+@pytest.mark.parametrize("oom", [torch.OutOfMemoryError("CUDA out of memory"), CUBLAS,
+                                 variant_crash(torch.OutOfMemoryError("CUDA out of memory"))],
+                         ids=["torch", "cublas", "inside-the-variant"])
+def test_a_check_that_runs_out_beside_others_runs_again_alone(oom: BaseException) -> None:
+    lock, (check, calls) = RecordingLock(), failing(oom)
+    check_beside_others(lock, torch.device("cpu"), check)
+    assert lock.modes == ["shared", "exclusive"] and len(calls) == 2
+
+
+def test_a_check_that_passes_or_fails_on_its_own_runs_once() -> None:
+    lock, (check, calls) = RecordingLock(), failing()
+    check_beside_others(lock, torch.device("cpu"), check)
+    assert lock.modes == ["shared"] and len(calls) == 1
+    mismatch = Failure(Verdict.check_failed, "mismatch", "out: 12 of 4096 elements differ")
+    lock, (check, calls) = RecordingLock(), failing(mismatch)
+    with pytest.raises(Failure) as info:
+        check_beside_others(lock, torch.device("cpu"), check)
+    assert info.value is mismatch and lock.modes == ["shared"] and len(calls) == 1
+
+
+def test_running_out_with_the_device_to_itself_ends_the_run() -> None:
+    """No third try: the second running-out is the run's outcome (a harness error, or the variant's crash)."""
+    lock, (check, calls) = RecordingLock(), failing(CUBLAS, torch.OutOfMemoryError("CUDA out of memory"))
+    with pytest.raises(torch.OutOfMemoryError):
+        check_beside_others(lock, torch.device("cpu"), check)
+    assert lock.modes == ["shared", "exclusive"] and len(calls) == 2
