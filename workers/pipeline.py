@@ -4,7 +4,8 @@ Order matters and is all here:
   1. trusted phase: slot, backend, fingerprint, bandwidth (nothing of the variant exists yet);
   2. seal: install the audit hook, capture the tamper guard (identities of timers, statistics, checker);
   3. compile: load the variant source and build it for (config, shape, M, device);
-  4. check (workers/check.py), library policy, bench (workers/bench.py) with its post-bench re-check;
+  4. check (workers/check.py) beside other runs' checks (once more alone if the device ran out of memory), library
+     policy, bench (workers/bench.py) with the device to itself and its post-bench re-check;
   5. after any outcome: the guard and the audit log can still turn it into ``rejected``.
 """
 
