@@ -47,3 +47,13 @@ layer_after_tuning() {
   w=$(ls -t "$OUT"/*-"$1".json | head -n1)
   run timeout "${KT_LAYER_TIMEOUT_S:-$3}" python3 bench/decode_layer.py --batches "$2" --winners "$w" --out "$OUT"
 }
+# tune_then_layer SLOTS BATCHES TIMEOUT_S SELFTEST_S: one card's call as sessions 23 and 24 make it: bench/h200_session_x.sh
+# with the KT_PLAN, KT_WHAT, KT_TUNING_S and KT_RESUME_DB the caller exported, on the card the caller found ($HW), with
+# no MoE or attention block and the exported wheel self-tested on SLOTS (e.g. "--slot router") for SELFTEST_S
+# seconds (KT_SELFTEST_S overrides it); then layer_after_tuning at BATCHES; then the log's summary lines.
+tune_then_layer() {
+  KT_REQUIRE_HW=$HW KT_MOE_BATCHES=none KT_ATTN_BATCHES= KT_SELFTEST_S=${KT_SELFTEST_S:-$4} \
+    KT_SELFTEST_ARGS="$1 --rounds 10" bash "$(dirname "${BASH_SOURCE[0]}")/h200_session_x.sh"
+  layer_after_tuning "$KT_WHAT" "$2" "$3"
+  grep -E "^== |M= *[0-9]|rror" "$L" | tail -20
+}

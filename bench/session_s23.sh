@@ -19,8 +19,5 @@ elif [ "$HW" = h100 ]; then
 else
   echo "session 23: no plan for this card: $HW"; exit 0
 fi
-source "$(dirname "$0")/device_lib.sh"  # layer_after_tuning; h200_session_x.sh logs into the same run.log
-KT_REQUIRE_HW=$HW KT_MOE_BATCHES=none KT_ATTN_BATCHES= KT_SELFTEST_S=${KT_SELFTEST_S:-45} \
-  KT_SELFTEST_ARGS="$SLOTS --rounds 10" bash "$(dirname "$0")/h200_session_x.sh"
-layer_after_tuning "$KT_WHAT" "$LAYER" 150
-grep -E "^== |M= *[0-9]|rror" "$L" | tail -20
+source "$(dirname "$0")/device_lib.sh"  # tune_then_layer; h200_session_x.sh logs into the same run.log
+tune_then_layer "$SLOTS" "$LAYER" 150 45

@@ -10,8 +10,5 @@ if [ "$HW" = h200 ]; then exec bash "$(dirname "$0")/session_s23.sh"; fi
 if [ "$HW" != h100 ]; then echo "session 23 call B: no plan for this card: $HW"; exit 0; fi
 export KT_PLAN=bench/plans/s23b_fused_pdl.json KT_WHAT=decode-tuning-h100-s23b KT_TUNING_S=${KT_TUNING_S:-200} \
   KT_RESUME_DB=bench/results/2026-12-06-h100-decode-tuning-h100-s23.sqlite
-source "$(dirname "$0")/device_lib.sh"  # layer_after_tuning; h200_session_x.sh logs into the same run.log
-KT_REQUIRE_HW=h100 KT_MOE_BATCHES=none KT_ATTN_BATCHES= KT_SELFTEST_S=${KT_SELFTEST_S:-45} \
-  KT_SELFTEST_ARGS="--slot shared_expert --slot oproj_residual_norm --rounds 10" bash "$(dirname "$0")/h200_session_x.sh"
-layer_after_tuning "$KT_WHAT" 1,4,16 170
-grep -E "^== |M= *[0-9]|rror" "$L" | tail -20
+source "$(dirname "$0")/device_lib.sh"  # tune_then_layer; h200_session_x.sh logs into the same run.log
+tune_then_layer "--slot shared_expert --slot oproj_residual_norm" 1,4,16 170 45

@@ -11,9 +11,5 @@ if [ "$HW" = h200 ]; then exec bash "$(dirname "$0")/session_s24.sh"; fi
 if [ "$HW" != h100 ]; then echo "session 24 call B: no plan for this card: $HW"; exit 0; fi
 export KT_PLAN=bench/plans/s24b_h100.json KT_WHAT=decode-tuning-h100-s24b KT_TUNING_S=${KT_TUNING_S:-190} \
   KT_RESUME_DB=bench/results/2026-12-06-h100-decode-tuning-h100-s24.sqlite
-source "$(dirname "$0")/device_lib.sh"  # layer_after_tuning; h200_session_x.sh logs into the same run.log
-KT_REQUIRE_HW=h100 KT_MOE_BATCHES=none KT_ATTN_BATCHES= KT_SELFTEST_S=${KT_SELFTEST_S:-120} \
-  KT_SELFTEST_ARGS="--slot oproj_residual_norm --slot router --slot shared_expert --slot moe_experts --rounds 10" \
-  bash "$(dirname "$0")/h200_session_x.sh"
-layer_after_tuning "$KT_WHAT" 1,2,4,16 200
-grep -E "^== |M= *[0-9]|rror" "$L" | tail -20
+source "$(dirname "$0")/device_lib.sh"  # tune_then_layer; h200_session_x.sh logs into the same run.log
+tune_then_layer "--slot oproj_residual_norm --slot router --slot shared_expert --slot moe_experts" 1,2,4,16 200 120
