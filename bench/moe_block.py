@@ -164,14 +164,14 @@ def build_paths(s, m, W, configs, dev, after_norm=False):
                           scaling=s["scaling"], norm=s["norm"], scoring=s["scoring"]),
            "moe_experts": dict(E=s["E"], K=s["H"], I=s["I"], top_k=s["top_k"]),
            "shared_expert": dict(K=s["H"], I=s["I_shared"])}
-    fns = {k: load(files[k]).build(chosen[k], dict(shp[k], M=m, slot=k, name=k, dtype="bfloat16")) for k in MODULES}
+    mods = {k: load(files[k]) for k in MODULES}
+    fns = {k: mods[k].build(chosen[k], dict(shp[k], M=m, slot=k, name=k, dtype="bfloat16")) for k in MODULES}
     chain_fns, chained = dict(fns), {}
     if after_norm and device_chains(dev):
         for k in ("router", "moe_experts"):
-            mod = load(files[k])
-            chained[k] = takes_pdl(mod)
+            chained[k] = takes_pdl(mods[k])
             if chained[k]:
-                chain_fns[k] = mod.build(chosen[k], dict(shp[k], M=m, slot=k, name=k, dtype="bfloat16"), pdl=1)
+                chain_fns[k] = mods[k].build(chosen[k], dict(shp[k], M=m, slot=k, name=k, dtype="bfloat16"), pdl=1)
     bf = torch.bfloat16
     gen = torch.Generator(device=dev).manual_seed(1000 + m)  # the same tokens on every run of this script
     buf = {"x": torch.randn(m, s["H"], device=dev, generator=gen).to(bf),

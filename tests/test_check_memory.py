@@ -5,6 +5,8 @@ a second running-out, end the run as before."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -12,6 +14,7 @@ import pytest
 import torch
 
 from workers.failures import Failure, call_kernel, device_out_of_memory
+import workers.pipeline
 from workers.pipeline import check_beside_others
 from workers.protocol import Verdict
 
@@ -92,3 +95,26 @@ def test_running_out_with_the_device_to_itself_ends_the_run() -> None:
     with pytest.raises(torch.OutOfMemoryError):
         check_beside_others(lock, torch.device("cpu"), check)
     assert lock.modes == ["shared", "exclusive"] and len(calls) == 2
+
+
+def test_the_failed_attempt_lets_go_of_its_inputs_before_the_device_memory_is_released(monkeypatch) -> None:
+    """The first attempt's exception holds its frames, and they its inputs (GBs of expert weights): the release that
+    precedes the second attempt must come after that exception is gone, or it frees nothing."""
+    class Inputs:
+        pass
+    held: list[weakref.ref] = []
+
+    def check() -> None:
+        if not held:
+            inputs = Inputs()  # a local of the failing frame, as a check's tensors are
+            held.append(weakref.ref(inputs))
+            raise torch.OutOfMemoryError("CUDA out of memory")
+
+    gone_at_release: list[bool] = []
+
+    def release(device: torch.device) -> None:
+        gc.collect()
+        gone_at_release.append(held[0]() is None)
+    monkeypatch.setattr(workers.pipeline, "release_device_memory", release)
+    check_beside_others(RecordingLock(), torch.device("cpu"), check)
+    assert gone_at_release == [True, True]  # before the second attempt, and after it

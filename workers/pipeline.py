@@ -189,11 +189,15 @@ def check_beside_others(lock: DeviceLock, device: torch.device, check: Callable[
     check runs once more with the device to itself, so contention is neither the variant's verdict nor a lost run.
     Either way this run keeps no cached blocks while it waits to be timed."""
     try:
-        with lock.shared():
-            check()
-    except Exception as exc:
-        if not workers.failures.device_out_of_memory(exc):
-            raise
+        try:
+            with lock.shared():
+                check()
+            return
+        except Exception as exc:
+            if not workers.failures.device_out_of_memory(exc):
+                raise
+        # out of the except block: the exception and its traceback, whose frames hold the failed attempt's inputs,
+        # are gone, so the release below can hand those blocks back before the second attempt
         release_device_memory(device)
         with lock.exclusive():
             check()

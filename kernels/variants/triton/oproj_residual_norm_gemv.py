@@ -250,7 +250,6 @@ def build(config: dict, shape: dict, pdl: int = 0) -> Callable[..., None]:
     sm90 = home.type == "cuda" and torch.cuda.get_device_capability(home)[0] >= 9
     chained = bool(pdl) and sm90
     gemv, norm = _metas(c, shape, bool(c["PDL"]) and sm90, chained)
-    pdl = norm["PDL"]  # the norm a dependent launch: the config's PDL, or a chain
     nb, split = norm["NB"], c["SPLIT_K"]
     # Per device, allocated once (outside any graph capture): the per-tile sums of squares and the split-K
     # partials (every element read is rewritten on every call: no zeroing), and counters that must start at
@@ -283,7 +282,7 @@ def build(config: dict, shape: dict, pdl: int = 0) -> Callable[..., None]:
                                           residual.stride(0), residual_out.stride(0), **gemv,
                                           num_warps=c["num_warps"], num_stages=1,
                                           **({"launch_pdl": True} if chained else {}))
-        launch = {"launch_pdl": True} if pdl else {}
+        launch = {"launch_pdl": True} if norm["PDL"] else {}  # the config's PDL, or a chain
         rownorm_kernel[(m, triton.cdiv(n, c["NORM_BLOCK"]))](residual_out, ssq, norm_weight, out, m, n,
                                                               residual_out.stride(0), out.stride(0), eps, **norm,
                                                               num_warps=c["norm_warps"], num_stages=1, **launch)
