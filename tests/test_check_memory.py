@@ -26,11 +26,16 @@ class RecordingLock:
 
     def __init__(self) -> None:
         self.modes: list[str] = []
+        self.events: list[str] = []  # "+mode", "-mode" and what the test adds between them
 
     @contextmanager
     def _hold(self, mode: str) -> Iterator[None]:
         self.modes.append(mode)
-        yield
+        self.events.append("+" + mode)
+        try:
+            yield
+        finally:
+            self.events.append("-" + mode)
 
     def shared(self):
         return self._hold("shared")
@@ -118,3 +123,57 @@ def test_the_failed_attempt_lets_go_of_its_inputs_before_the_device_memory_is_re
     monkeypatch.setattr(workers.pipeline, "release_device_memory", release)
     check_beside_others(RecordingLock(), torch.device("cpu"), check)
     assert gone_at_release == [True, True]  # before the second attempt, and after it
+
+
+@pytest.mark.parametrize("errors,events", [
+    ((), ["+shared", "release", "-shared"]),
+    ((CUBLAS,), ["+shared", "release", "-shared", "+exclusive", "release", "-exclusive"]),
+    ((Failure(Verdict.check_failed, "mismatch", "out: 12 of 4096 elements differ"),),
+     ["+shared", "release", "-shared"]),
+], ids=["passes", "runs-out-then-passes", "fails"])
+def test_each_attempt_hands_its_memory_back_before_it_lets_go_of_the_lock(monkeypatch, errors, events) -> None:
+    """H100 session 24 call C: a retry with the device to itself ran out beside five runs that had finished their
+    checks and unlocked but not yet released their cached blocks (14.5 GB each). The release comes inside the lock,
+    with the failed attempt's inputs already gone."""
+    class Inputs:
+        pass
+    lock, held, gone = RecordingLock(), [], []
+
+    def check() -> None:
+        inputs = Inputs()  # a local of the check's frame, as its tensors are
+        held.append(weakref.ref(inputs))
+        if len(held) <= len(errors):
+            raise errors[len(held) - 1]
+
+    def release(device: torch.device) -> None:
+        gc.collect()
+        gone.append(all(r() is None for r in held))
+        lock.events.append("release")
+    monkeypatch.setattr(workers.pipeline, "release_device_memory", release)
+    try:
+        check_beside_others(lock, torch.device("cpu"), check)
+    except Failure:
+        pass
+    assert lock.events == events and all(gone)
+
+
+def test_a_failed_check_keeps_its_report_when_its_frames_are_dropped() -> None:
+    """drop_frames frees the locals, not the file and line a report prints."""
+    import traceback
+
+    def inner() -> None:
+        big = torch.zeros(4)  # noqa: F841 - the local that must go
+        raise ValueError("wrong")
+    try:
+        try:
+            inner()
+        except ValueError as e:
+            raise Failure(Verdict.check_failed, "mismatch", "wrapped") from e
+    except Failure as exc:
+        workers.pipeline.drop_frames(exc)
+        tb = exc.__cause__.__traceback__
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        assert tb.tb_frame.f_locals == {}
+        text = "".join(traceback.format_exception(exc))
+        assert "in inner" in text and 'raise ValueError("wrong")' in text

@@ -187,22 +187,40 @@ def check_beside_others(lock: DeviceLock, device: torch.device, check: Callable[
     """The check runs beside other runs' checks. Their inputs and ours together can outgrow the device (twelve
     moe_experts checks, each holding 4 GB of expert weights, ran an 80 GB H100 out of memory): on running out, the
     check runs once more with the device to itself, so contention is neither the variant's verdict nor a lost run.
-    Either way this run keeps no cached blocks while it waits to be timed."""
-    try:
-        try:
-            with lock.shared():
-                check()
+    Each attempt hands its cached blocks back before it lets go of its lock: a run taking the device right after must
+    not find them still held (H100 session 24 call C: a retry with the device "to itself" ran out beside five runs
+    that had finished their checks, unlocked, and not yet released their 14.5 GB each)."""
+    with lock.shared():
+        if not _attempt(check, device, oom_is_an_answer=True):
             return
-        except Exception as exc:
-            if not workers.failures.device_out_of_memory(exc):
-                raise
-        # out of the except block: the exception and its traceback, whose frames hold the failed attempt's inputs,
-        # are gone, so the release below can hand those blocks back before the second attempt
-        release_device_memory(device)
-        with lock.exclusive():
-            check()
+    with lock.exclusive():
+        _attempt(check, device, oom_is_an_answer=False)  # a second running-out is the run's outcome
+
+
+def _attempt(check: Callable[[], None], device: torch.device, oom_is_an_answer: bool) -> bool:
+    """Runs the check: False when it passed, True when it ran the device out of memory and ``oom_is_an_answer``;
+    any other exception propagates. Either way the attempt's device memory is handed back before this returns."""
+    try:
+        check()
+        return False
+    except Exception as exc:
+        drop_frames(exc)  # its traceback's frames hold the attempt's inputs: free them for the release below
+        if oom_is_an_answer and workers.failures.device_out_of_memory(exc):
+            return True
+        raise
     finally:
         release_device_memory(device)
+
+
+def drop_frames(exc: BaseException) -> None:
+    """Clears the locals of the finished frames in the tracebacks of ``exc`` and the exceptions it came from, keeping
+    the file and line numbers that reports print."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain of causes, never a cycle's worth
+        if seen is None:
+            return
+        traceback.clear_frames(seen.__traceback__)
+        seen = seen.__cause__ or seen.__context__
 
 
 def _compile(spec: RunSpec, env: ChildEnv, result: RunResult, shape: Shape, device: torch.device,
