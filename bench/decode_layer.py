@@ -20,6 +20,10 @@ launches counted with torch.profiler:
 - ``tuned_best_oproj_norm``, where the results file has a Triton winner of the oproj_residual_norm slot for the
   batch's bucket: ``tuned_best`` with o_proj and the MoE block's add + RMSNorm replaced by that winner (o_proj with
   the residual add and the norm in its kernels), the block starting at the router.
+- ``tuned_shared_fused`` and ``tuned_shared_fused_chain``, where the results file has moe_experts_shared winners:
+  ``tuned_best_oproj_norm`` and ``tuned_chain`` with the shared expert as the routed experts' 385th, picked by every
+  token with weight 1 (moe_block's shared_fused_paths): the router writes that pick, one experts pass writes the
+  block's output; no shared-expert launches, no side stream, no add.
 - ``tuned_chain`` (sm_90+, beside ``tuned_best_oproj_norm``): the same kernels and configs with the chain carried
   on from the attention input through o_proj into the MoE block by programmatic dependent launch (each file's
   build(..., pdl=1) where it takes one): o_proj's GEMV fetches its first weights while the kernel ahead runs (here
@@ -205,6 +209,11 @@ def main() -> None:
                 orn_chain = build_oproj_norm(m, spec["H"], o_k, spec["eps"], o_buf["w"], orn_by_m, dev,
                                              torch.Generator(device=dev).manual_seed(3000 + m), pdl=1)
                 parts["tuned_chain"] = (attn[attn_best], orn_chain[0], moe["tuned_chain_after_norm"])
+            if "tuned_shared_fused_after_norm" in moe:
+                parts["tuned_shared_fused"] = (attn[attn_best], orn[0], moe["tuned_shared_fused_after_norm"])
+            if orn_chain is not None and "tuned_shared_fused_chain_after_norm" in moe:
+                parts["tuned_shared_fused_chain"] = (attn[attn_best], orn_chain[0],
+                                                     moe["tuned_shared_fused_chain_after_norm"])
         runs = {name: moe_block.capture(lambda fns=fns: [f() for f in fns], dev) for name, fns in parts.items()}
         times = moe_block.time_pair(runs, args.reps, dev)
         row = {"M": m, "tuned_kernels": {"attention_input": attn_used["tuned"], "o_proj": o_used, "moe": moe_files,
@@ -222,7 +231,10 @@ def main() -> None:
             **({"oproj_residual_norm_chain_vs_fp32": oproj_norm_rel_l2(orn_chain[1], o_buf["w"], spec["eps"])}
                if orn_chain else {}),
             "moe": {p: rel(buf[out], buf["stock_g_out"]) for p, out in (("tuned", "out"), ("tuned_side", "out_side"),
-                                                                       ("tuned_chain", "out_chain")) if out in buf}}
+                                                                       ("tuned_chain", "out_chain"),
+                                                                       ("tuned_shared_fused", "out_sf"),
+                                                                       ("tuned_shared_fused_chain", "out_sfc"))
+                    if out in buf}}
         experts_used = int(buf["ids"].unique().numel())
         wb = weight_bytes(dims, spec, o_k, experts_used)
         floor_us = sum(wb.values()) / (gbs * 1e3)
@@ -237,6 +249,10 @@ def main() -> None:
         row["topk_set_match"] = {"tuned_vs_stock": moe_block.topk_match(buf["ids"], stock_ids),
                                  **({"tuned_chain_vs_tuned": moe_block.topk_match(buf["ids_chain"], buf["ids"])}
                                     if "ids_chain" in buf else {}),
+                                 # the shared-fused routers' top-k columns (the last is the shared expert)
+                                 **{f"{p}_vs_tuned": moe_block.topk_match(buf[ids][:, :-1], buf["ids"])
+                                    for p, ids in (("tuned_shared_fused", "ids_sf"),
+                                                   ("tuned_shared_fused_chain", "ids_sfc")) if ids in buf},
                                  "tuned_vs_fp32_logits": moe_block.topk_match(buf["ids"], fp32_ids),
                                  "stock_vs_fp32_logits": moe_block.topk_match(stock_ids, fp32_ids)}
         for base in ("stock", "stock_fused_norm"):

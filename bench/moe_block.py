@@ -58,6 +58,11 @@ SPECS = {
 }
 MODULES = {"add_rmsnorm": "add_rmsnorm_fused", "router": "router_fused", "moe_experts": "moe_experts_grouped",
            "shared_expert": "shared_expert_fused"}
+# The routed and shared experts in one pass (kernels/slots/moe_experts_shared.py): the tuned_shared_fused paths,
+# built where the configs have this slot's winners and the shared expert is one more expert's shape.
+SHARED_SLOT = "moe_experts_shared"
+SHARED_ROUTER = "router_fused"  # the router file that writes the shared experts' columns (its shape's "shared")
+BLOCK_FILES = {**MODULES, SHARED_SLOT: "moe_experts_grouped"}
 # A bucket's winner may be another Triton file of the same slot than MODULES names (the table picks per
 # bucket, e.g. shared_expert_gemv at M <= 2); a block config names such a file under FILE_KEY.
 FILE_KEY = "file"
@@ -75,10 +80,10 @@ def configs_from_tuning(path):
     the M that won each bucket; only winners that are shipped Triton files count (a stock or torch/CuTe
     bucket keeps the nearest tuned config: the tuned path has no stock fallback)."""
     out = {}
-    for key, by_m in tuned_winners(path, lambda k: k.split("/")[0] in MODULES).items():
+    for key, by_m in tuned_winners(path, lambda k: k.split("/")[0] in BLOCK_FILES).items():
         slot = key.split("/")[0]
         for m, (stem, config) in by_m.items():
-            if stem == MODULES[slot]:
+            if stem == BLOCK_FILES[slot]:
                 out.setdefault(slot, {})[str(m)] = config
             elif (VARIANTS / "triton" / f"{stem}.py").is_file():
                 out.setdefault(slot, {})[str(m)] = {FILE_KEY: stem, **config}
@@ -94,18 +99,27 @@ def pick(configs, slot, m):
     return c
 
 
+def shared_is_an_expert(s):
+    """Whether the shared expert has a routed expert's shape, so that it can be the experts' (E+1)-th."""
+    return s["I_shared"] == s["I"]
+
+
 def make_weights(s, dev, gen):
+    """Where the shared expert has a routed expert's shape, it is stored as expert E of w13_all / w2_all, and w13,
+    w2, sw13 and sw2 are views of those: the same bytes for every path, one copy."""
     bf = torch.bfloat16
 
     def w(*shape, fan_in):
         return (torch.randn(shape, generator=gen, device=dev) / fan_in ** 0.5).to(bf)
-    return {"norm_w": (0.5 + torch.rand(s["H"], generator=gen, device=dev)).to(bf),
-            "gate": w(s["E"], s["H"], fan_in=s["H"]),
-            "bias": torch.randn(s["E"], generator=gen, device=dev) * 0.02,
-            "w13": w(s["E"], 2 * s["I"], s["H"], fan_in=s["H"]),
-            "w2": w(s["E"], s["H"], s["I"], fan_in=s["I"]),
-            "sw13": w(2 * s["I_shared"], s["H"], fan_in=s["H"]),
-            "sw2": w(s["H"], s["I_shared"], fan_in=s["I_shared"])}
+    out = {"norm_w": (0.5 + torch.rand(s["H"], generator=gen, device=dev)).to(bf),
+           "gate": w(s["E"], s["H"], fan_in=s["H"]),
+           "bias": torch.randn(s["E"], generator=gen, device=dev) * 0.02}
+    if shared_is_an_expert(s):
+        w13_all, w2_all = w(s["E"] + 1, 2 * s["I"], s["H"], fan_in=s["H"]), w(s["E"] + 1, s["H"], s["I"], fan_in=s["I"])
+        return {**out, "w13_all": w13_all, "w2_all": w2_all, "w13": w13_all[:s["E"]], "w2": w2_all[:s["E"]],
+                "sw13": w13_all[s["E"]], "sw2": w2_all[s["E"]]}
+    return {**out, "w13": w(s["E"], 2 * s["I"], s["H"], fan_in=s["H"]), "w2": w(s["E"], s["H"], s["I"], fan_in=s["I"]),
+            "sw13": w(2 * s["I_shared"], s["H"], fan_in=s["H"]), "sw2": w(s["H"], s["I_shared"], fan_in=s["I_shared"])}
 
 
 def stock_router(s, h, W):
@@ -230,7 +244,55 @@ def build_paths(s, m, W, configs, dev, after_norm=False):
         paths["tuned_chain_after_norm"] = lambda: tuned(side=side_stream, out="out_chain", norm=False, fns=chain_fns,
                                                         sfx="_chain")
         files = {**files, "chained": chained}
+    fused = shared_fused_paths(s, m, W, configs, dev, after_norm, files, mods, shp, chosen, fns, buf)
+    if fused:
+        paths.update(fused[0])
+        files = {**files, "shared_fused": fused[1]}
     return paths, buf, files, experts_name, capturable
+
+
+def shared_fused_paths(s, m, W, configs, dev, after_norm, files, mods, shp, chosen, fns, buf):
+    """({path: fn}, what was used) of the block with the shared expert as the routed experts' (E+1)-th, picked by
+    every token with weight 1 (kernels/slots/moe_experts_shared.py): the router writes that pick beside its top-k and
+    one experts pass computes the block's output, with no shared-expert launches and no add. None where the configs
+    have no moe_experts_shared winner, the shared expert is not one expert's shape, or the router winner's file does
+    not write the shared column. Paths: tuned_shared_fused (from the norm), with after_norm also
+    tuned_shared_fused_after_norm and, on sm_90+, tuned_shared_fused_chain_after_norm (router and experts chained
+    by PDL as in tuned_chain_after_norm). Outputs: ids_sf / wts_sf / out_sf, and _sfc for the chain."""
+    if SHARED_SLOT not in configs or "w13_all" not in W or files["router"] != SHARED_ROUTER:
+        return None
+    cfg = dict(pick(configs, SHARED_SLOT, m))
+    stem = cfg.pop(FILE_KEY, BLOCK_FILES[SHARED_SLOT])
+    mod = load(stem)
+    shape = dict(E=s["E"] + 1, K=s["H"], I=s["I"], top_k=s["top_k"] + 1, shared=1, M=m, slot=SHARED_SLOT,
+                 name=SHARED_SLOT, dtype="bfloat16")
+    r_shape = dict(shp["router"], shared=1, M=m, slot="router", name="router", dtype="bfloat16")
+    plain = {"router": mods["router"].build(chosen["router"], r_shape), "experts": mod.build(cfg, shape)}
+    sets = {"_sf": plain}
+    chained = after_norm and device_chains(dev) and takes_pdl(mods["router"]) and takes_pdl(mod)
+    if chained:
+        sets["_sfc"] = {"router": mods["router"].build(chosen["router"], r_shape, pdl=1),
+                        "experts": mod.build(cfg, shape, pdl=1)}
+    for sfx in sets:
+        buf["ids" + sfx] = torch.empty(m, s["top_k"] + 1, device=dev, dtype=torch.int32)
+        buf["wts" + sfx] = torch.empty(m, s["top_k"] + 1, device=dev, dtype=torch.float32)
+        buf["out" + sfx] = torch.empty(m, s["H"], device=dev, dtype=torch.bfloat16)
+
+    def run(norm=True, sfx="_sf"):
+        if norm:
+            fns["add_rmsnorm"](x=buf["x"], residual=buf["res"], weight=W["norm_w"], out=buf["h"],
+                               residual_out=buf["res_out"])
+        k = sets[sfx]
+        k["router"](x=buf["h"], w=W["gate"], bias=W["bias"], topk_ids=buf["ids" + sfx], topk_weights=buf["wts" + sfx])
+        k["experts"](x=buf["h"], w13=W["w13_all"], w2=W["w2_all"], topk_ids=buf["ids" + sfx],
+                     topk_weights=buf["wts" + sfx], out=buf["out" + sfx])
+
+    paths = {"tuned_shared_fused": run}
+    if after_norm:
+        paths["tuned_shared_fused_after_norm"] = lambda: run(norm=False)
+    if chained:
+        paths["tuned_shared_fused_chain_after_norm"] = lambda: run(norm=False, sfx="_sfc")
+    return paths, {"file": stem, "config": cfg, "chained": chained}
 
 
 def capture(fn, dev):
@@ -401,9 +463,12 @@ def main():
                          "kernel_us": kernel_breakdown(run, dev) if name != "stock" else None}
         row["stock"]["routed_experts"] = experts_name
         row["stock_graph"]["routed_experts"] = "torch gather + bmm (graph)"
-        row["rel_l2_vs_stock"] = {"tuned": rel("out"), "tuned_side": rel("out_side"), "stock_graph": rel("stock_g_out")}
+        row["rel_l2_vs_stock"] = {"tuned": rel("out"), "tuned_side": rel("out_side"), "stock_graph": rel("stock_g_out"),
+                                  **({"tuned_shared_fused": rel("out_sf")} if "out_sf" in buf else {})}
+        if "ids_sf" in buf:  # the same routing as tuned's, and the shared expert's column
+            row["shared_fused_ids_match_tuned"] = bool(torch.equal(buf["ids_sf"][:, :-1], buf["ids"]))
         for base in ("stock", "stock_graph"):
-            for name in ("tuned", "tuned_side"):
+            for name in (n for n in ("tuned", "tuned_side", "tuned_shared_fused") if n in runs):
                 row[f"speedup_{name}_vs_{base}"] = times[base]["median_us"] / times[name]["median_us"]
         # The pair on two streams against one stream: what overlapping the shared expert buys.
         row["side_stream_gain"] = times["tuned"]["median_us"] / times["tuned_side"]["median_us"]

@@ -16,13 +16,14 @@ def _build() -> dict[str, Slot]:
     from kernels.slots.dense_gemm import DenseGemm
     from kernels.slots.mla_norms_gemm import MlaNormsGemm
     from kernels.slots.moe_experts import MoeExperts
+    from kernels.slots.moe_experts_shared import MoeExpertsShared
     from kernels.slots.oproj_residual_norm import OprojResidualNorm
     from kernels.slots.rmsnorm_gemm import RmsNormGemm
     from kernels.slots.router import Router
     from kernels.slots.shared_expert import SharedExpert
 
     slots: list[Slot] = [DenseGemm(), Router(), MoeExperts(), SharedExpert(), OprojResidualNorm(), AddRmsNorm(),
-                         RmsNormGemm(), MlaNormsGemm()]
+                         RmsNormGemm(), MlaNormsGemm(), MoeExpertsShared()]
     return {s.name: s for s in slots}
 
 

@@ -35,8 +35,10 @@ def test_tiny_layer_runs_every_path_and_each_part_matches_stock(tmp_path: Path) 
     doc = json.loads((tmp_path / "decode_layer.json").read_text())
     assert doc["device"]["name"] == "cpu" and doc["commit"] and doc["dims"]["hidden"] == doc["moe_spec"]["H"]
     (row,) = doc["rows"]
-    for path in ("stock", "stock_fused_norm", "tuned", "tuned_best", "tuned_best_oproj_norm"):
+    for path in ("stock", "stock_fused_norm", "tuned", "tuned_best", "tuned_best_oproj_norm", "tuned_shared_fused"):
         assert row[path]["median_us"] > 0
+    assert "tuned_shared_fused_chain" not in row  # no chain on a CPU
+    assert row["tuned_kernels"]["moe"]["shared_fused"]["file"] == "moe_experts_gemv"
     # the fused o_proj + residual + norm path: its kernel named, its outputs against fp32 torch, one kernel fewer
     # than tuned_best is not checked here (no profiler on a CPU)
     assert row["tuned_kernels"]["oproj_residual_norm"] == ORN_TINY["1"]
@@ -54,7 +56,9 @@ def test_tiny_layer_runs_every_path_and_each_part_matches_stock(tmp_path: Path) 
     errs = row["rel_l2_vs_stock"]
     assert max(errs["attention_input"].values()) < 2e-2 and errs["o_proj"] == 0.0
     assert max(errs["moe"].values()) < 3e-2, errs
-    assert row["topk_set_match"] == {"tuned_vs_stock": 1.0, "tuned_vs_fp32_logits": 1.0, "stock_vs_fp32_logits": 1.0}
+    assert set(errs["moe"]) == {"tuned", "tuned_side", "tuned_shared_fused"}
+    assert row["topk_set_match"] == {"tuned_vs_stock": 1.0, "tuned_shared_fused_vs_tuned": 1.0,
+                                     "tuned_vs_fp32_logits": 1.0, "stock_vs_fp32_logits": 1.0}
 
 
 def test_o_proj_winners_come_from_the_tuning_file() -> None:

@@ -25,6 +25,11 @@ GEMV_AT_1 = {
     "moe_experts": {
         "1": {"file": "moe_experts_gemv", "BLOCK_N": 4, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 2, "BLOCK_N2": 2,
               "BLOCK_K2": 64, "num_warps2": 1, "PDL": 0},
+        "3": {}},
+    # the shared expert as the 33rd expert: the same two files take the longer rows
+    "moe_experts_shared": {
+        "1": {"file": "moe_experts_gemv", "BLOCK_N": 4, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 2, "BLOCK_N2": 2,
+              "BLOCK_K2": 64, "num_warps2": 1, "PDL": 0},
         "3": {}}}
 
 
@@ -39,8 +44,10 @@ def test_tiny_block_runs_every_path_and_matches_stock(tmp_path: Path) -> None:
     assert doc["spec_name"] == "tiny" and doc["device"]["name"] == "cpu" and doc["commit"]
     assert [r["M"] for r in doc["rows"]] == [1, 3]
     for r in doc["rows"]:
-        for path in ("stock", "stock_graph", "tuned", "tuned_side"):
+        for path in ("stock", "stock_graph", "tuned", "tuned_side", "tuned_shared_fused"):
             assert r[path]["median_us"] > 0 and r[path]["graph"] is False
+        # one router + experts pass for routed and shared: the same top-k, the block's output within tolerance
+        assert r["shared_fused_ids_match_tuned"] is True and r["speedup_tuned_shared_fused_vs_stock_graph"] > 0
         assert r["side_stream"] is False  # a CPU has no second stream: the row says so
         # bf16 kernels against the bf16 torch block: within the slots' own check tolerances
         assert max(r["rel_l2_vs_stock"].values()) < 0.03, r["rel_l2_vs_stock"]
@@ -49,6 +56,7 @@ def test_tiny_block_runs_every_path_and_matches_stock(tmp_path: Path) -> None:
         assert r["speedup_tuned_vs_stock_graph"] > 0 and r["side_stream_gain"] > 0
     assert [r["files"]["shared_expert"] for r in doc["rows"]] == ["shared_expert_gemv", "shared_expert_fused"]
     assert [r["files"]["moe_experts"] for r in doc["rows"]] == ["moe_experts_gemv", "moe_experts_grouped"]
+    assert [r["files"]["shared_fused"]["file"] for r in doc["rows"]] == ["moe_experts_gemv", "moe_experts_grouped"]
 
 
 def test_winners_of_a_tuning_file_become_the_block_configs() -> None:

@@ -147,6 +147,11 @@ def block_chain_path() -> None:
     paths["tuned_chain_after_norm"]()
     assert torch.equal(buf["ids_chain"], buf["ids"]) and torch.equal(buf["wts_chain"], buf["wts"])
     assert torch.equal(buf["out_chain"], buf["out_side"]) and torch.isfinite(buf["out_chain"].float()).all()
+    # the shared-fused block's chain (its configs are in GEMV_AT_1 too): the same as its plain path
+    assert files["shared_fused"]["chained"] is True
+    paths["tuned_shared_fused_after_norm"]()
+    paths["tuned_shared_fused_chain_after_norm"]()
+    assert torch.equal(buf["ids_sfc"], buf["ids_sf"]) and torch.equal(buf["out_sfc"], buf["out_sf"])
 
 
 CASES = {

@@ -44,6 +44,9 @@ def test_k2_like_tp8_shapes_match_design_table():
     assert dims("rmsnorm_gemm", d) == [("q_a_norm_q_b_proj", {"N": 1536, "K": 1536, "eps": 1e-6})]
     # ... and the kv latent's norm (kv_lora_rank = 512) in the same step
     assert dims("mla_norms_gemm", d) == [("q_b_proj_kv_norm", {"N": 1536, "K": 1536, "KV": 512, "eps": 1e-6})]
+    # the shared expert as a 385th expert picked by every token, with the routed ones in one pass
+    assert dims("moe_experts_shared", d) == [("moe_experts_shared", {"E": 385, "K": 7168, "I": 256, "top_k": 9,
+                                                                    "shared": 1})]
 
 
 def test_tp16_halves_the_sharded_dims():
@@ -54,13 +57,20 @@ def test_tp16_halves_the_sharded_dims():
     assert dims("router", d)[0][1]["E"] == 384  # the gate is replicated
 
 
+def test_two_shared_experts_are_two_more_experts_and_none_is_no_shape():
+    """kimi-k3-unverified has two shared experts (vLLM's one MLP of 2 I is the sum of two of I each)."""
+    (_, d), = dims("moe_experts_shared", Deployment(spec="kimi-k3-unverified", tp=8))
+    assert (d["E"], d["top_k"], d["shared"], d["I"]) == (898, 18, 2, 384)
+    assert dims("moe_experts_shared", Deployment(spec={**DEEPSEEK_V3_CONFIG, "n_shared_experts": 0}, tp=8)) == []
+
+
 def test_deepseek_v3_router_is_grouped():
     (_, r), = dims("router", Deployment(spec="deepseek-v3", tp=8))
     assert (r["E"], r["n_group"], r["topk_group"], r["scaling"]) == (256, 8, 4, 2.5)
 
 
 @pytest.mark.parametrize("slot", ["moe_experts", "shared_expert", "oproj_residual_norm", "dense_gemm", "rmsnorm_gemm",
-                                  "mla_norms_gemm"])
+                                  "mla_norms_gemm", "moe_experts_shared"])
 def test_tp_that_does_not_divide_raises(slot):
     with pytest.raises(SpecError, match="TP=3"):
         get_slot(slot).shapes(Deployment(spec="kimi-k2-like", tp=3))

@@ -270,9 +270,14 @@ def _moe_inputs(d: dict[str, Any], dt: torch.dtype, m: int, seed: int, dev: torc
         w2[j].copy_(_weight((k, i), i, g, dev, dt))
     ga = torch.Generator().manual_seed(seed + _MOE_ACT_SEED_OFFSET)
     x = _randn((m, k), ga, dev, dt)
-    ids = torch.rand((m, e), generator=ga).argsort(dim=1)[:, :top_k]
-    w = 0.5 + torch.rand((m, top_k), generator=ga)
+    shared = d.get("shared", 0)  # moe_experts_shared: the last `shared` experts are in every row, weight 1
+    routed_k = top_k - shared
+    ids = torch.rand((m, e - shared), generator=ga).argsort(dim=1)[:, :routed_k]
+    w = 0.5 + torch.rand((m, routed_k), generator=ga)
     w = w / w.sum(dim=1, keepdim=True)
+    if shared:
+        ids = torch.cat([ids, torch.arange(e - shared, e).expand(m, shared)], dim=1)
+        w = torch.cat([w * 2.5, torch.ones((m, shared))], dim=1)
     return {"x": x, "w13": w13, "w2": w2, "topk_ids": ids.to(device=dev, dtype=torch.int32),
             "topk_weights": w.to(device=dev, dtype=torch.float32)}
 
@@ -421,7 +426,7 @@ ROUTER = SlotSemantics(
 SLOTS: dict[str, SlotSemantics] = {
     "dense_gemm": DENSE_GEMM, "router": ROUTER, "moe_experts": MOE_EXPERTS, "shared_expert": SHARED_EXPERT,
     "oproj_residual_norm": OPROJ_RESIDUAL_NORM, "add_rmsnorm": ADD_RMSNORM, "rmsnorm_gemm": RMSNORM_GEMM,
-    "mla_norms_gemm": MLA_NORMS_GEMM,
+    "mla_norms_gemm": MLA_NORMS_GEMM, "moe_experts_shared": MOE_EXPERTS,  # the same semantics; its dims say shared
 }
 
 

@@ -53,6 +53,10 @@ it, so the previous call's epilogue has re-zeroed it; a separate epilogue is the
 experts' w13 launch as it starts. Why: at M = 1 the gate GEMV is one or two DRAM round trips of 5.5 MB at ~4 us,
 of the order of the norm ahead of it, and its weights depend on nothing. The service checks that form in its
 race (workers/chain.py) on sm_90+.
+A shape with ``shared`` = S > 0 (moe_experts_shared's routing, bench/moe_block.py's tuned_shared paths) makes each
+output row top_k + S wide: the top-k, then the S shared experts as experts E .. E+S-1 with weight 1 (not scaled),
+written by the same epilogue, so that one grouped experts pass computes the routed and the shared experts together
+without a launch to build its list. The router slot's own shapes have S = 0.
 The workspace (zeroed once at first call) is self-cleaning: every element that a call adds to is
 set back to 0 by that call's epilogue. CUDA-graph capturable: no host sync, no allocation
 after the first call.
@@ -145,7 +149,7 @@ def _route_rows(ws_ptr, bias, ids_ptr, wts_ptr, m0, M, scaling,
                 E: tl.constexpr, E_PAD: tl.constexpr, EPI_M: tl.constexpr,
                 TOP_K: tl.constexpr, TOP_K_PAD: tl.constexpr, N_GROUP: tl.constexpr,
                 TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
-                NORM: tl.constexpr, BITONIC: tl.constexpr):
+                NORM: tl.constexpr, BITONIC: tl.constexpr, SHARED: tl.constexpr, SHARED_PAD: tl.constexpr):
     offs_m = m0 + tl.arange(0, EPI_M)
     offs_e = tl.arange(0, E_PAD)
     row_ok = offs_m < M
@@ -221,9 +225,16 @@ def _route_rows(ws_ptr, bias, ids_ptr, wts_ptr, m0, M, scaling,
         w_t = w_t / s[:, None]
     w_t = w_t * scaling
     omask = row_ok[:, None] & (kcol < TOP_K)[None, :]
-    optr = offs_m[:, None] * TOP_K + kcol[None, :]
+    optr = offs_m[:, None] * (TOP_K + SHARED) + kcol[None, :]
     tl.store(ids_ptr + optr, ids_t, mask=omask)
     tl.store(wts_ptr + optr, w_t, mask=omask)
+    if SHARED > 0:
+        # the shared experts as experts E.. E+SHARED-1 of weight 1 in every row (moe_experts_shared's input)
+        scol = tl.arange(0, SHARED_PAD)
+        smask = row_ok[:, None] & (scol < SHARED)[None, :]
+        sptr = offs_m[:, None] * (TOP_K + SHARED) + TOP_K + scol[None, :]
+        tl.store(ids_ptr + sptr, tl.zeros([EPI_M, SHARED_PAD], dtype=tl.int32) + E + scol[None, :], mask=smask)
+        tl.store(wts_ptr + sptr, tl.full([EPI_M, SHARED_PAD], 1.0, tl.float32), mask=smask)
 
 
 @triton.jit
@@ -243,7 +254,8 @@ def router_gemv_kernel(x_ptr, w_ptr, bias_ptr, ws_ptr, counter_ptr, ids_ptr, wts
                        TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
                        NORM: tl.constexpr, M_LOOP: tl.constexpr, INTERPRET: tl.constexpr,
                        FMA: tl.constexpr, STEPS: tl.constexpr, TILES: tl.constexpr, BITONIC: tl.constexpr,
-                       PDL: tl.constexpr, CHAIN: tl.constexpr, K0: tl.constexpr):
+                       PDL: tl.constexpr, CHAIN: tl.constexpr, K0: tl.constexpr, SHARED: tl.constexpr,
+                       SHARED_PAD: tl.constexpr):
     if PDL or CHAIN:
         # the epilogue launch's CTA (PDL), or in a chain whatever comes next, may start now; it waits for this
         # grid's end
@@ -324,7 +336,7 @@ def router_gemv_kernel(x_ptr, w_ptr, bias_ptr, ws_ptr, counter_ptr, ids_ptr, wts
         if last:
             for m0 in range(0, M_LOOP, EPI_M):  # M_LOOP: the build's M (constexpr bound)
                 _route_rows(ws_ptr, bias, ids_ptr, wts_ptr, m0, M, scaling, E, E_PAD, EPI_M, TOP_K,
-                            TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM, BITONIC)
+                            TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM, BITONIC, SHARED, SHARED_PAD)
             tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
 
 
@@ -333,14 +345,15 @@ def router_epilogue_kernel(ws_ptr, bias_ptr, ids_ptr, wts_ptr, M, scaling,
                            E: tl.constexpr, E_PAD: tl.constexpr, EPI_M: tl.constexpr,
                            TOP_K: tl.constexpr, TOP_K_PAD: tl.constexpr, N_GROUP: tl.constexpr,
                            TOPK_GROUP: tl.constexpr, NG_PAD: tl.constexpr, SOFTMAX: tl.constexpr,
-                           NORM: tl.constexpr, BITONIC: tl.constexpr, PDL: tl.constexpr, CHAIN: tl.constexpr):
+                           NORM: tl.constexpr, BITONIC: tl.constexpr, PDL: tl.constexpr, CHAIN: tl.constexpr,
+                           SHARED: tl.constexpr, SHARED_PAD: tl.constexpr):
     if CHAIN:  # a link of a chain: the next kernel (the experts' w13) may launch now; it waits for this one's end
         tl.extra.cuda.gdc_launch_dependents()
     bias = _load_bias(bias_ptr, E, E_PAD)  # independent of the GEMV: before the wait
     if PDL:
         tl.extra.cuda.gdc_wait()  # the GEMV grid has completed and its logits are visible
     _route_rows(ws_ptr, bias, ids_ptr, wts_ptr, tl.program_id(0) * EPI_M, M, scaling, E, E_PAD, EPI_M, TOP_K,
-                TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM, BITONIC)
+                TOP_K_PAD, N_GROUP, TOPK_GROUP, NG_PAD, SOFTMAX, NORM, BITONIC, SHARED, SHARED_PAD)
 
 
 def _np2(n):
@@ -369,6 +382,9 @@ def _consts(cfg, shape, interpret, pdl, chain=False):
     E, K, top_k = int(shape["E"]), int(shape["K"]), int(shape["top_k"])
     n_group = int(shape.get("n_group", 1) or 1)
     topk_group = int(shape.get("topk_group", 1) or 1)
+    shared = int(shape.get("shared", 0) or 0)
+    if shared < 0:
+        raise ValueError(f"shared={shared}: the number of shared experts appended to each row, >= 0")
     if n_group > 1 and (E % n_group or E // n_group < 2):
         raise ValueError(f"E={E} does not split into {n_group} groups of >= 2 experts")
     split = int(cfg["SPLIT_K"])
@@ -378,7 +394,7 @@ def _consts(cfg, shape, interpret, pdl, chain=False):
                N_GROUP=n_group, TOPK_GROUP=topk_group, NG_PAD=_np2(max(n_group, 2)),
                SOFTMAX=shape.get("scoring", "sigmoid") == "softmax", NORM=bool(shape.get("norm", True)),
                BITONIC=cfg["TOPK"] == "bitonic", PDL=pdl or (chain and cfg["EPILOGUE"] == "separate"),
-               CHAIN=chain)
+               CHAIN=chain, SHARED=shared, SHARED_PAD=_np2(max(shared, 1)))
     fma = cfg["MATH"] == "fma"
     if fma and (K % bk or (K // bk) % split):
         raise ValueError(f"MATH=fma needs whole, equal BLOCK_K steps per split: K={K}, BLOCK_K={bk}, SPLIT_K={split}")
@@ -405,7 +421,13 @@ def build(config, shape, pdl=0):
     nw, ns = int(cfg["num_warps"]), int(cfg["num_stages"])
     state = {}
 
+    width = top_k + int(shape.get("shared", 0) or 0)
+
     def run(x, w, bias, topk_ids, topk_weights):
+        for name, t in (("topk_ids", topk_ids), ("topk_weights", topk_weights)):
+            if t.shape != (x.shape[0], width) or not t.is_contiguous():
+                raise ValueError(f"{name}{tuple(t.shape)}: a contiguous [{x.shape[0]}, {width}] (top_k {top_k} and "
+                                 f"{width - top_k} shared experts)")
         interpret = x.device.type == "cpu"
         key = (x.device, interpret)
         st = state.get(key)
