@@ -57,7 +57,8 @@ for card, table in (("h100", "bench/results/2026-12-06-h100-decode-tuning-h100-s
             cfg = {**inc, **w2, "BLOCK_K2": 256, "PDL": 1}
             if cfg not in configs and all(valid(gemv, cfg, m) for m in (1, 2, 4)):
                 configs.append(cfg)
-    grouped = incumbents(table, GROUPED, ("9-16", "33-64"))
+    # the params a table's config predates take the file's defaults (ZN's grouped configs predate ALIGN and PDL)
+    grouped = [{**load(GROUPED).DEFAULT_CONFIG, **c} for c in incumbents(table, GROUPED, ("9-16", "33-64"))]
     plan = {"deployment": {"spec": "kimi-k2-like", "tp": 8, "batch_sizes": [1, 2, 4, 16, 64]},
             "variants": [{"file": GEMV, "slot": "moe_experts_shared", "language": "triton", "configs": configs,
                           "batch_sizes": [1, 2, 4]},
