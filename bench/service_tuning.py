@@ -90,23 +90,43 @@ def run_plan(client: Client, plan: dict[str, Any], hardware: str, deadline: floa
                            "notes": f"{SHIPPED_NOTE}{item['file']}"},
             **({"declares_library": True} if lit.get("USES_LIBRARY") else {}),
         })
-        if item.get("search"):  # the service's own search picks the configs (POST /v1/searches)
-            search = client.post("/v1/searches", search_request(plan, item, variant["id"], hardware))
-            jobs.append({"file": item["file"], "variant_id": variant["id"], "job_id": search["job_id"],
-                         "search_id": search["id"], "strategy": search["strategy"], "budget": search["budget"]})
-            print(f"submitted {item['file']}: variant {variant['id']} search {search['id']} ({search['strategy']}, "
-                  f"{search['budget']}) job {search['job_id']}", flush=True)
-            continue
-        created = client.post("/v1/jobs", {
-            "variant_id": variant["id"], "deployment": item_deployment(plan, item), "hardware": hardware,
-            "configs": item.get("configs", "all"), **({"shapes": item["shapes"]} if item.get("shapes") else {}),
-        })
-        jobs.append({"file": item["file"], "variant_id": variant["id"], "job_id": created["job"]["id"],
-                     "runs": created["runs"]})
-        print(f"submitted {item['file']}: variant {variant['id']} job {created['job']['id']} ({created['runs']} runs)",
-              flush=True)
+        try:
+            jobs.append(submit_item(client, plan, item, variant["id"], hardware))
+        except ApiError as exc:
+            if exc.status != 422:
+                raise
+            # the service refused this item's request (configs outside the file's space, say): the rest of the plan
+            # still runs, and the results file keeps the refusal
+            jobs.append({"file": item["file"], "variant_id": variant["id"], "refused": str(exc)})
+            print(f"refused {item['file']}: {exc}", flush=True)
+    return watch(client, jobs, deadline, grace_s)
+
+
+def submit_item(client: Client, plan: dict[str, Any], item: dict[str, Any], variant_id: int,
+                hardware: str) -> dict[str, Any]:
+    """One plan item as a job of its configs or as the service's own search (POST /v1/searches): what run_plan
+    watches of it."""
+    if item.get("search"):
+        search = client.post("/v1/searches", search_request(plan, item, variant_id, hardware))
+        print(f"submitted {item['file']}: variant {variant_id} search {search['id']} ({search['strategy']}, "
+              f"{search['budget']}) job {search['job_id']}", flush=True)
+        return {"file": item["file"], "variant_id": variant_id, "job_id": search["job_id"], "search_id": search["id"],
+                "strategy": search["strategy"], "budget": search["budget"]}
+    created = client.post("/v1/jobs", {
+        "variant_id": variant_id, "deployment": item_deployment(plan, item), "hardware": hardware,
+        "configs": item.get("configs", "all"), **({"shapes": item["shapes"]} if item.get("shapes") else {}),
+    })
+    print(f"submitted {item['file']}: variant {variant_id} job {created['job']['id']} ({created['runs']} runs)",
+          flush=True)
+    return {"file": item["file"], "variant_id": variant_id, "job_id": created["job"]["id"], "runs": created["runs"]}
+
+
+def watch(client: Client, jobs: list[dict[str, Any]], deadline: float, grace_s: float) -> list[dict[str, Any]]:
+    """Waits for the submitted jobs and searches until the deadline, cancels what is left, and records each one's
+    end state."""
     # A job is watched at /v1/jobs/N, a search (whose runs form a job of their own) at /v1/searches/N.
-    pending = {f"/v1/searches/{j['search_id']}" if "search_id" in j else f"/v1/jobs/{j['job_id']}" for j in jobs}
+    submitted = [j for j in jobs if "job_id" in j]
+    pending = {f"/v1/searches/{j['search_id']}" if "search_id" in j else f"/v1/jobs/{j['job_id']}" for j in submitted}
     while pending and time.monotonic() < deadline:
         for path in sorted(pending):
             doc = client.get(path)
@@ -118,8 +138,8 @@ def run_plan(client: Client, plan: dict[str, Any], hardware: str, deadline: floa
         client.post(f"{path}/cancel")
         print(f"{path} cancelled at the deadline", flush=True)
     if pending:
-        settle(client, jobs, grace_s)
-    for j in jobs:
+        settle(client, submitted, grace_s)
+    for j in submitted:
         j["state"] = client.get(f"/v1/jobs/{j['job_id']}")["state"]
         if "search_id" in j:
             search = client.get(f"/v1/searches/{j['search_id']}")

@@ -13,6 +13,7 @@ chained form checked), beside the plan that card still has to run:
 Run from the repo root after make_s23.py.
 """
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -21,6 +22,14 @@ FILES = {"router": "kernels/variants/triton/router_fused.py",
          "oproj_residual_norm": "kernels/variants/triton/oproj_residual_norm_gemv.py"}
 BUCKETS = ("1", "2", "3-4")
 DROPPED = {"L2_PF"}  # parameters a file no longer has (moe_experts_gemv's L2 prefetch went in session ZI)
+
+
+def defaults(file: str) -> dict:
+    spec = importlib.util.spec_from_file_location(Path(file).stem, file)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    default = getattr(mod, "DEFAULT_CONFIG", None) or mod.DEFAULT
+    return {k: default[k] for k in mod.CONFIG_SPACE}
 
 
 def incumbents(table: str) -> list[dict]:
@@ -36,6 +45,7 @@ def incumbents(table: str) -> list[dict]:
                     or variant_files.get(str(ev["variant_id"])) != file):
                 continue
             cfg = {k: v for k, v in ev["config"].items() if k not in DROPPED}
+            cfg = {**defaults(file), **cfg}  # a param the table's config predates (ZN's router: PDL) at its default
             if cfg not in configs:
                 configs.append(cfg)
         if configs:
