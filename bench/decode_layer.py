@@ -230,11 +230,13 @@ def main() -> None:
             **({"oproj_residual_norm_vs_fp32": oproj_norm_rel_l2(orn[1], o_buf["w"], spec["eps"])} if orn else {}),
             **({"oproj_residual_norm_chain_vs_fp32": oproj_norm_rel_l2(orn_chain[1], o_buf["w"], spec["eps"])}
                if orn_chain else {}),
+            # the block builds every path's buffers; only the paths this row ran wrote theirs (session 25's H200 row at
+            # M = 2, with no o_proj + norm winner, reported the unwritten ones)
             "moe": {p: rel(buf[out], buf["stock_g_out"]) for p, out in (("tuned", "out"), ("tuned_side", "out_side"),
                                                                        ("tuned_chain", "out_chain"),
                                                                        ("tuned_shared_fused", "out_sf"),
                                                                        ("tuned_shared_fused_chain", "out_sfc"))
-                    if out in buf}}
+                    if p in runs or p == "tuned_side"}}  # tuned_side: the MoE part of tuned_best
         experts_used = int(buf["ids"].unique().numel())
         wb = weight_bytes(dims, spec, o_k, experts_used)
         floor_us = sum(wb.values()) / (gbs * 1e3)
@@ -248,11 +250,11 @@ def main() -> None:
         fp32_ids = moe_block.fp32_router_ids(spec, buf["h"], W)
         row["topk_set_match"] = {"tuned_vs_stock": moe_block.topk_match(buf["ids"], stock_ids),
                                  **({"tuned_chain_vs_tuned": moe_block.topk_match(buf["ids_chain"], buf["ids"])}
-                                    if "ids_chain" in buf else {}),
+                                    if "tuned_chain" in runs else {}),
                                  # the shared-fused routers' top-k columns (the last is the shared expert)
                                  **{f"{p}_vs_tuned": moe_block.topk_match(buf[ids][:, :-1], buf["ids"])
                                     for p, ids in (("tuned_shared_fused", "ids_sf"),
-                                                   ("tuned_shared_fused_chain", "ids_sfc")) if ids in buf},
+                                                   ("tuned_shared_fused_chain", "ids_sfc")) if p in runs},
                                  "tuned_vs_fp32_logits": moe_block.topk_match(buf["ids"], fp32_ids),
                                  "stock_vs_fp32_logits": moe_block.topk_match(stock_ids, fp32_ids)}
         for base in ("stock", "stock_fused_norm"):

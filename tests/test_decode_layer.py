@@ -26,7 +26,7 @@ def test_tiny_layer_runs_every_path_and_each_part_matches_stock(tmp_path: Path) 
     (tmp_path / "attn.json").write_text(json.dumps(SMALL))
     (tmp_path / "moe.json").write_text(json.dumps(GEMV_AT_1))
     (tmp_path / "orn.json").write_text(json.dumps(ORN_TINY))
-    out = subprocess.run([sys.executable, "bench/decode_layer.py", "--device", "cpu", "--tiny", "--batches", "1",
+    out = subprocess.run([sys.executable, "bench/decode_layer.py", "--device", "cpu", "--tiny", "--batches", "1,3",
                           "--reps", "1", "--attn-configs", str(tmp_path / "attn.json"), "--moe-configs",
                           str(tmp_path / "moe.json"), "--oproj-norm-configs", str(tmp_path / "orn.json"),
                           "--out", str(tmp_path)], cwd=REPO,
@@ -34,7 +34,11 @@ def test_tiny_layer_runs_every_path_and_each_part_matches_stock(tmp_path: Path) 
     assert out.returncode == 0, out.stderr[-3000:]
     doc = json.loads((tmp_path / "decode_layer.json").read_text())
     assert doc["device"]["name"] == "cpu" and doc["commit"] and doc["dims"]["hidden"] == doc["moe_spec"]["H"]
-    (row,) = doc["rows"]
+    row, row2 = doc["rows"]
+    # M = 3 has no o_proj + norm config: neither its paths nor the shared-fused ones ran, and the row reports none
+    assert "tuned_shared_fused" not in row2 and "tuned_best_oproj_norm" not in row2
+    assert set(row2["rel_l2_vs_stock"]["moe"]) == {"tuned", "tuned_side"}
+    assert set(row2["topk_set_match"]) == {"tuned_vs_stock", "tuned_vs_fp32_logits", "stock_vs_fp32_logits"}
     for path in ("stock", "stock_fused_norm", "tuned", "tuned_best", "tuned_best_oproj_norm", "tuned_shared_fused"):
         assert row[path]["median_us"] > 0
     assert "tuned_shared_fused_chain" not in row  # no chain on a CPU
