@@ -43,9 +43,13 @@ def test_plan_searches_and_resumes_from_an_earlier_db(tmp_path: Path) -> None:
     moe = tmp_path / "moe_experts_gather_bmm.py"  # a shipped file, edited between the two sessions
     moe.write_text((REPO / MOE).read_text())
     first = tune(tmp_path, "first", {"deployment": deployment, "variants": [
+        # an item the service refuses (a config without one of the file's params) is recorded; the rest still runs
+        {"file": str(moe), "slot": "moe_experts", "language": "torch", "batch_sizes": [1],
+         "configs": [{"intermediate": "fp32"}]},
         {"file": str(moe), "slot": "moe_experts", "language": "torch", "batch_sizes": [1],
          "configs": [{"intermediate": "fp32", "token_chunk": 0}]}]})
-    assert [j["state"] for j in first["jobs"]] == ["done"]
+    refused, done = first["jobs"]
+    assert "token_chunk" in refused["refused"] and "state" not in refused and done["state"] == "done"
     assert set(first["summary"]["moe_experts/moe_experts"]["buckets"]) == {"1"}
 
     moe.write_text(moe.read_text() + "\n# edited: a new version of the file\n")
@@ -54,7 +58,7 @@ def test_plan_searches_and_resumes_from_an_earlier_db(tmp_path: Path) -> None:
          "search": {"strategy": "transfer", "budget": {"max_evals": 2}, "batch_size": 1}}]},
         "--resume-db", str(next((tmp_path / "out").glob("*-cpu-first.sqlite"))))
     [job] = second["jobs"]
-    parent_id = first["jobs"][0]["variant_id"]
+    parent_id = done["variant_id"]
     assert job["variant_id"] != parent_id  # the edited source is a new variant...
     db = next((tmp_path / "out").glob("*-cpu-second.sqlite"))
     with sqlite3.connect(db) as conn:
@@ -67,7 +71,7 @@ def test_plan_searches_and_resumes_from_an_earlier_db(tmp_path: Path) -> None:
     assert [(m, json.loads(c)) for j, m, c in rows if j == job["job_id"]][0] == \
         (4, {"intermediate": "fp32", "token_chunk": 0})
     # the resumed DB keeps the first session's run, and the table has both buckets
-    assert any(j == first["jobs"][0]["job_id"] and m == 1 for j, m, _ in rows)
+    assert any(j == done["job_id"] and m == 1 for j, m, _ in rows)
     assert set(second["summary"]["moe_experts/moe_experts"]["buckets"]) == {"1", "3-4"}
     # each results file names the shipped file of every variant in its DB (the winners of a resumed DB
     # include earlier sessions' variants, which its own jobs do not list)
