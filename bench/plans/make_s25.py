@@ -67,3 +67,22 @@ for card, table in (("h100", "bench/results/2026-12-06-h100-decode-tuning-h100-s
     out = Path(f"bench/plans/s25_{card}.json")
     out.write_text(json.dumps(plan, indent=1) + "\n")
     print(f"{out}: moe_experts_gemv x{len(configs)} at M = 1, 2, 4; moe_experts_grouped x{len(grouped)} at 16, 64")
+
+# Call B on an H200 (short): o_proj's GEMV with the residual and the norm (oproj_residual_norm_gemv.py), which no H200
+# has run, with the H100's three best configs at M = 1 and at M = 2 (its table h100-s24c's leaderboard), so that the
+# H200 layer chains o_proj too and has the o_proj + norm kernel at M = 2 (ZN's table has none there).
+ORN = "kernels/variants/triton/oproj_residual_norm_gemv.py"
+h100 = json.loads(Path("bench/results/2026-12-06-h100-decode-tuning-h100-s24c.json").read_text())
+items = []
+for m in (1, 2):
+    group = next(g for g in h100["leaderboard"] if g["slot"] == "oproj_residual_norm" and g["m"] == m)
+    configs = []
+    for e in group["entries"]:
+        if h100["variant_files"].get(str(e["variant_id"])) == ORN and e["config"] not in configs:
+            configs.append(e["config"])
+    items.append({"file": ORN, "slot": "oproj_residual_norm", "language": "triton", "configs": configs,
+                  "batch_sizes": [m]})
+plan = {"deployment": {"spec": "kimi-k2-like", "tp": 8, "batch_sizes": [1, 2]}, "variants": items}
+Path("bench/plans/s25b_h200.json").write_text(json.dumps(plan, indent=1) + "\n")
+print("bench/plans/s25b_h200.json: oproj_residual_norm_gemv " + ", ".join(
+    f"x{len(i['configs'])} at M = {i['batch_sizes'][0]}" for i in items))
