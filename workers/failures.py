@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -26,17 +26,21 @@ class Failure(Exception):
 _OOM_WORDS = ("CUDA out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "cudaErrorMemoryAllocation", "CUDA error: out of memory")
 
 
-def device_out_of_memory(exc: BaseException) -> bool:
-    """Whether ``exc``, or an exception it was raised from (a Failure wraps the variant's), is the device running out
-    of memory."""
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from (a Failure wraps the variant's), at most 8: never a cycle's
+    worth."""
     seen: BaseException | None = exc
-    for _ in range(8):  # a chain of causes, never a cycle's worth
+    for _ in range(8):
         if seen is None:
-            return False
-        if isinstance(seen, torch.OutOfMemoryError) or any(w in str(seen) for w in _OOM_WORDS):
-            return True
+            return
+        yield seen
         seen = seen.__cause__ or seen.__context__
-    return False
+
+
+def device_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc``, or an exception it was raised from, is the device running out of memory."""
+    return any(isinstance(e, torch.OutOfMemoryError) or any(w in str(e) for w in _OOM_WORDS)
+               for e in exception_chain(exc))
 
 
 def sync(device: torch.device) -> None:

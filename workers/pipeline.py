@@ -215,12 +215,8 @@ def _attempt(check: Callable[[], None], device: torch.device, oom_is_an_answer: 
 def drop_frames(exc: BaseException) -> None:
     """Clears the locals of the finished frames in the tracebacks of ``exc`` and the exceptions it came from, keeping
     the file and line numbers that reports print."""
-    seen: BaseException | None = exc
-    for _ in range(8):  # a chain of causes, never a cycle's worth
-        if seen is None:
-            return
-        traceback.clear_frames(seen.__traceback__)
-        seen = seen.__cause__ or seen.__context__
+    for e in workers.failures.exception_chain(exc):
+        traceback.clear_frames(e.__traceback__)
 
 
 def _compile(spec: RunSpec, env: ChildEnv, result: RunResult, shape: Shape, device: torch.device,
