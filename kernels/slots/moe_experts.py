@@ -55,12 +55,18 @@ class MoeExperts(Slot):
         return {"w13": w13, "w2": w2}
 
     def _activations(self, shape: Shape, m: int, seed: int, device: torch.device) -> dict[str, torch.Tensor]:
+        """x and the routing. With dims["shared"] = S (moe_experts_shared) the last S experts are in every row after
+        the routed picks, with weight 1, and the routed weights are scaled as the router writes them."""
         g = torch.Generator().manual_seed(seed + _ACT_SEED_OFFSET)
         e, k, top_k = shape.dims["E"], shape.dims["K"], shape.dims["top_k"]
+        shared = shape.dims.get("shared", 0)
         x = randn((m, k), g, device, self.dtype(shape))
-        ids = torch.rand((m, e), generator=g).argsort(dim=1)[:, :top_k]  # distinct experts per token
-        w = 0.5 + torch.rand((m, top_k), generator=g)
+        ids = torch.rand((m, e - shared), generator=g).argsort(dim=1)[:, :top_k - shared]  # distinct per token
+        w = 0.5 + torch.rand((m, top_k - shared), generator=g)
         w = w / w.sum(dim=1, keepdim=True)  # positive, normalised like norm_topk_prob
+        if shared:
+            ids = torch.cat([ids, torch.arange(e - shared, e).expand(m, shared)], dim=1)
+            w = torch.cat([w * 2.5, torch.ones((m, shared))], dim=1)
         return {"x": x, "topk_ids": ids.to(device=device, dtype=torch.int32),
                 "topk_weights": w.to(device=device, dtype=torch.float32)}
 
@@ -107,11 +113,12 @@ class MoeExperts(Slot):
         return mlp_check(outputs["out"], ref["out"], self.dtype(shape))
 
     def bytes_moved(self, shape: Shape, m: int) -> int:
-        """Weights of the experts M uniformly routed tokens are expected to touch (each read once),
-        plus x, the routing and out."""
+        """Weights of the experts M uniformly routed tokens are expected to touch and of the shared ones
+        (moe_experts_shared), each read once, plus x, the routing and out."""
         e, k, i, top_k = (shape.dims[n] for n in ("E", "K", "I", "top_k"))
+        shared = shape.dims.get("shared", 0)
         es = self.dtype(shape).itemsize
-        experts = expected_distinct_experts(e, top_k, m)
+        experts = expected_distinct_experts(e - shared, top_k - shared, m) + shared
         return experts * 3 * i * k * es + 2 * m * k * es + m * top_k * (4 + 4)
 
     def flops(self, shape: Shape, m: int) -> int:

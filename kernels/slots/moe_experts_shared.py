@@ -12,16 +12,15 @@ shared-experts fusion. It needs every shared expert to have the routed experts' 
 shared experts into one MLP of S * I, which is the sum of S separate SwiGLU MLPs of I each.
 
 Shape dims: E = routed + shared experts, top_k = routed picks + shared, shared = S; the routed picks are distinct
-experts among the first E - S, the shared picks are the last S ids in every row, in order.
+experts among the first E - S, the shared picks are the last S ids in every row, in order (MoeExperts draws such
+inputs and counts the bytes where the dims have ``shared``).
 """
 
 from __future__ import annotations
 
-import torch
-
 from kernels.deployment import Deployment
-from kernels.slots.base import Shape, randn
-from kernels.slots.moe_experts import _ACT_SEED_OFFSET, MoeExperts, expected_distinct_experts
+from kernels.slots.base import Shape
+from kernels.slots.moe_experts import MoeExperts
 from kernels.specs import SpecError
 
 
@@ -42,24 +41,3 @@ class MoeExpertsShared(MoeExperts):
                 "I": s.moe_intermediate_size // tp, "top_k": s.num_experts_per_tok + s.n_shared_experts,
                 "shared": s.n_shared_experts}
         return [Shape(self.name, "moe_experts_shared", dims, deployment.dtype)]
-
-    def _activations(self, shape: Shape, m: int, seed: int, device: torch.device) -> dict[str, torch.Tensor]:
-        g = torch.Generator().manual_seed(seed + _ACT_SEED_OFFSET)
-        e, k, top_k, shared = (shape.dims[n] for n in ("E", "K", "top_k", "shared"))
-        routed_e, routed_k = e - shared, top_k - shared
-        x = randn((m, k), g, device, self.dtype(shape))
-        routed = torch.rand((m, routed_e), generator=g).argsort(dim=1)[:, :routed_k]  # distinct per token
-        ids = torch.cat([routed, torch.arange(routed_e, e).expand(m, shared)], dim=1)
-        w = 0.5 + torch.rand((m, routed_k), generator=g)
-        w = w / w.sum(dim=1, keepdim=True) * 2.5  # normalised and scaled, as the router writes them
-        w = torch.cat([w, torch.ones((m, shared))], dim=1)
-        return {"x": x, "topk_ids": ids.to(device=device, dtype=torch.int32),
-                "topk_weights": w.to(device=device, dtype=torch.float32)}
-
-    def bytes_moved(self, shape: Shape, m: int) -> int:
-        """The routed experts M uniformly routed tokens are expected to touch and the shared ones, each read once,
-        plus x, the routing and out."""
-        e, k, i, top_k, shared = (shape.dims[n] for n in ("E", "K", "I", "top_k", "shared"))
-        es = self.dtype(shape).itemsize
-        experts = expected_distinct_experts(e - shared, top_k - shared, m) + shared
-        return experts * 3 * i * k * es + 2 * m * k * es + m * top_k * (4 + 4)
