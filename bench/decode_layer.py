@@ -230,13 +230,13 @@ def main() -> None:
             **({"oproj_residual_norm_vs_fp32": oproj_norm_rel_l2(orn[1], o_buf["w"], spec["eps"])} if orn else {}),
             **({"oproj_residual_norm_chain_vs_fp32": oproj_norm_rel_l2(orn_chain[1], o_buf["w"], spec["eps"])}
                if orn_chain else {}),
-            # the block builds every path's buffers; only the paths this row ran wrote theirs (session 25's H200 row at
-            # M = 2, with no o_proj + norm winner, reported the unwritten ones)
-            "moe": {p: rel(buf[out], buf["stock_g_out"]) for p, out in (("tuned", "out"), ("tuned_side", "out_side"),
-                                                                       ("tuned_chain", "out_chain"),
-                                                                       ("tuned_shared_fused", "out_sf"),
-                                                                       ("tuned_shared_fused_chain", "out_sfc"))
-                    if p in runs or p == "tuned_side"}}  # tuned_side: the MoE part of tuned_best
+            # (the block's path, its output, the layer path that runs it): the block builds every path's buffers, and
+            # only those of the paths this row ran are written (session 25's H200 row at M = 2, with no o_proj + norm
+            # winner, reported the unwritten ones)
+            "moe": {p: rel(buf[out], buf["stock_g_out"]) for p, out, layer in (
+                ("tuned", "out", "tuned"), ("tuned_side", "out_side", "tuned_best"),
+                ("tuned_chain", "out_chain", "tuned_chain"), ("tuned_shared_fused", "out_sf", "tuned_shared_fused"),
+                ("tuned_shared_fused_chain", "out_sfc", "tuned_shared_fused_chain")) if layer in runs}}
         experts_used = int(buf["ids"].unique().numel())
         wb = weight_bytes(dims, spec, o_k, experts_used)
         floor_us = sum(wb.values()) / (gbs * 1e3)

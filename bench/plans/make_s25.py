@@ -14,7 +14,6 @@ from pathlib import Path
 
 GEMV, GROUPED = "kernels/variants/triton/moe_experts_gemv.py", "kernels/variants/triton/moe_experts_grouped.py"
 SHAPE = {"E": 385, "K": 7168, "I": 256, "top_k": 9, "shared": 1}  # kimi-k2-like at TP8 (tests/test_specs.py)
-W13 = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps")
 W2_SHAPES = ({"BLOCK_N2": 1, "num_warps2": 2}, {"BLOCK_N2": 2, "num_warps2": 4}, {"BLOCK_N2": 2, "num_warps2": 8},
              {"BLOCK_N2": 4, "num_warps2": 4}, {"BLOCK_N2": 4, "num_warps2": 8})
 DROPPED = {"L2_PF"}  # parameters a file no longer has
@@ -48,7 +47,7 @@ def valid(mod, cfg: dict, m: int) -> bool:
         return False
 
 
-gemv = load(GEMV)
+gemv, grouped_defaults = load(GEMV), load(GROUPED).DEFAULT_CONFIG
 for card, table in (("h100", "bench/results/2026-12-06-h100-decode-tuning-h100-s24c.json"),
                     ("h200", "bench/results/2026-12-06-h200-decode-tuning-zn.json")):
     configs = []
@@ -58,7 +57,7 @@ for card, table in (("h100", "bench/results/2026-12-06-h100-decode-tuning-h100-s
             if cfg not in configs and all(valid(gemv, cfg, m) for m in (1, 2, 4)):
                 configs.append(cfg)
     # the params a table's config predates take the file's defaults (ZN's grouped configs predate ALIGN and PDL)
-    grouped = [{**load(GROUPED).DEFAULT_CONFIG, **c} for c in incumbents(table, GROUPED, ("9-16", "33-64"))]
+    grouped = [{**grouped_defaults, **c} for c in incumbents(table, GROUPED, ("9-16", "33-64"))]
     plan = {"deployment": {"spec": "kimi-k2-like", "tp": 8, "batch_sizes": [1, 2, 4, 16, 64]},
             "variants": [{"file": GEMV, "slot": "moe_experts_shared", "language": "triton", "configs": configs,
                           "batch_sizes": [1, 2, 4]},
