@@ -1,22 +1,36 @@
 #!/usr/bin/env bash
-# Device call B of session 26 (carry .whl2 and .cutexz), on an H200 only, from call A's table (decode-tuning-s26, in
-# bench/results/ as carried with the repo): the table's export self-tested on the slots call A tuned, the attention
-# input block (its mla_norms_gemm path now has H200 winners) and the decode layer (the shared expert's new kernel and
-# o_proj's GEMV with the norm now have H200 runs).
+# Device call B of session 26 (carry .whl2 and .cutexz), from the latest table of the card that comes, as carried in
+# bench/results/ with the repo:
+# - H200: call A's table (decode-tuning-s26): its export self-tested on the slots call A tuned, the attention input
+#   block (its mla_norms_gemm path now has H200 winners) and the decode layer (the shared expert's new kernel and
+#   o_proj's GEMV with the norm now have H200 runs);
+# - H100: table h100-s26 (call A on an H100) or else h100-s25: its export self-tested on moe_experts_shared and
+#   shared_expert (session 25's self-test ran out of its time inside the first moe_experts_shared entry), then the
+#   decode layer at M = 1, 2.
 HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
-if [ "$HW" != h200 ]; then echo "session 26 call B: a $HW; it runs the H200 table only, nothing to do"; exit 0; fi
+if [ "$HW" = h200 ]; then
+  W=$(ls -t bench/results/*-h200-decode-tuning-s26.json 2>/dev/null | head -n1)
+  SELFTEST="--slot shared_expert --slot dense_gemm --slot oproj_residual_norm --slot mla_norms_gemm"
+  ST_S=80 ATTN=1,4,16 LAYER=1,2,4,16
+elif [ "$HW" = h100 ]; then
+  W=$(ls -t bench/results/*-h100-decode-tuning-h100-s26.json bench/results/*-h100-decode-tuning-h100-s25.json \
+      2>/dev/null | head -n1)
+  SELFTEST="--slot moe_experts_shared --slot shared_expert"
+  ST_S=200 ATTN= LAYER=1,2
+else
+  echo "session 26 call B: no plan for this card: $HW"; exit 0
+fi
 source "$(dirname "$0")/device_lib.sh"
 export KT_LOG_FORMAT=plain
-W=$(ls -t bench/results/*-h200-decode-tuning-s26.json 2>/dev/null | head -n1)
-[ -n "$W" ] || { echo "== no table of call A" >> "$L"; cat "$L"; exit 3; }
+[ -n "$W" ] || { echo "== no table for $HW" >> "$L"; cat "$L"; exit 3; }
 echo "== table $W" >> "$L"
 use_plan bench/plans/s26_h200.json  # only for KT_SELFTEST_PATH (CuTe DSL on the self-test's path)
-# the export of the table as it stands: a plan of no runs, resumed from call A's DB
+# the export of the table as it stands: a plan of no runs, resumed from the table's DB
 python3 -c "import json; json.dump({'deployment': json.load(open('$PLAN'))['deployment'], 'variants': []}, open('/tmp/no_runs.json', 'w'))"
-run timeout 120 python3 bench/service_tuning.py --plan /tmp/no_runs.json --hardware h200 --what export-s26b \
+run timeout 120 python3 bench/service_tuning.py --plan /tmp/no_runs.json --hardware "$HW" --what export-s26b \
     --workers 1 --export --budget-s 30 --resume-db "${W%.json}.sqlite" --data-dir /tmp/kt-service-s26b --out /tmp/s26b-export
-KT_WHEEL_DIR=/tmp/s26b-export KT_SELFTEST_S=${KT_SELFTEST_S:-80} KT_SELFTEST_ARGS=${KT_SELFTEST_ARGS:-"--slot shared_expert \
---slot dense_gemm --slot oproj_residual_norm --slot mla_norms_gemm --rounds 10"} selftest_exported
-run timeout "${KT_ATTN_TIMEOUT_S:-110}" python3 bench/attn_block.py --batches 1,4,16 --winners "$W" --out "$OUT"
-run timeout "${KT_LAYER_TIMEOUT_S:-220}" python3 bench/decode_layer.py --batches 1,2,4,16 --winners "$W" --out "$OUT"
+KT_WHEEL_DIR=/tmp/s26b-export KT_SELFTEST_S=${KT_SELFTEST_S:-$ST_S} KT_SELFTEST_ARGS=${KT_SELFTEST_ARGS:-"$SELFTEST --rounds 10"} \
+  selftest_exported
+[ -z "$ATTN" ] || run timeout "${KT_ATTN_TIMEOUT_S:-110}" python3 bench/attn_block.py --batches "$ATTN" --winners "$W" --out "$OUT"
+run timeout "${KT_LAYER_TIMEOUT_S:-220}" python3 bench/decode_layer.py --batches "$LAYER" --winners "$W" --out "$OUT"
 grep -E "^== |M= *[0-9]|passed|rror" "$L" | tail -30
