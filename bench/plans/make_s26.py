@@ -13,11 +13,10 @@ most valuable first (a call that runs out of time cancels the tail):
   stages and warps one at a time, and the w2 tile.
 bench/plans/s26_h100.json, resumed from h100-s25: those grouped configs, and the six moe_experts_gemv configs at M = 4
 that h100-s25 cancelled at its deadline.
-Every config gets the file's defaults for parameters it predates and is checked against the file's CONFIG_SPACE
-(keys and values) and CONSTRAINTS here, so the service refuses none. Run from the repo root.
+Every config gets its space's first value for parameters it predates and is checked here as the service checks it
+(search/space.py), so the service refuses none. Run from the repo root.
 """
 
-import ast
 import json
 import sqlite3
 import sys
@@ -30,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import results_files  # noqa: E402
 from kernels.catalogue import get_slot  # noqa: E402
 from kernels.deployment import Deployment  # noqa: E402
+from kernels.variant_meta import declared_space  # noqa: E402
+from search.space import ConfigSpace  # noqa: E402
 
 H100 = Path("bench/results/2026-12-06-h100-decode-tuning-h100-s25")
 SHARED = "kernels/variants/triton/shared_expert_fused.py"
@@ -39,32 +40,24 @@ GROUPED = "kernels/variants/triton/moe_experts_grouped.py"
 GEMV = "kernels/variants/triton/moe_experts_gemv.py"
 TOP = 3
 DEPLOYMENT = {"spec": "kimi-k2-like", "tp": 8, "batch_sizes": [1, 2, 4, 16, 64]}
-# shape name -> the dims the files' constraints read, as the service derives them for this deployment
-DIMS = {shape.name: shape.dims for slot in ("shared_expert", "mla_norms_gemm", "moe_experts_shared", "dense_gemm")
+# shape name -> the shape, as the service derives it for this deployment
+SHAPES = {shape.name: shape for slot in ("shared_expert", "mla_norms_gemm", "moe_experts_shared", "dense_gemm")
         for shape in get_slot(slot).shapes(Deployment(**DEPLOYMENT))}
 
 
-def file_space(file: str) -> tuple[dict, list[str], dict]:
-    """CONFIG_SPACE, CONSTRAINTS and DEFAULT_CONFIG (or {}) read from the source, without importing it (a CuTe
-    file needs CuTe DSL)."""
-    tree = ast.parse(Path(file).read_text())
-    found = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            if node.targets[0].id in ("CONFIG_SPACE", "CONSTRAINTS", "DEFAULT_CONFIG"):
-                found[node.targets[0].id] = ast.literal_eval(node.value)
-    return found["CONFIG_SPACE"], found.get("CONSTRAINTS", []), found.get("DEFAULT_CONFIG", {})
+def file_space(file: str) -> ConfigSpace:
+    """The file's CONFIG_SPACE and CONSTRAINTS as the service reads them (from the text: a CuTe file needs CuTe DSL
+    to import)."""
+    return ConfigSpace.parse(declared_space(Path(file).read_text()))
 
 
-def complete(file: str, config: dict, dims: dict, m: int) -> dict | None:
-    """config with the file's defaults (else its space's first value) for the params it predates, in CONFIG_SPACE
-    order; None where a value is outside the space or a constraint fails at M = m."""
-    space, constraints, default = file_space(file)
-    cfg = {k: config.get(k, default.get(k, values[0])) for k, values in space.items()}
-    if any(cfg[k] not in values for k, values in space.items()):
-        return None
-    scope = {**dims, "M": m, **cfg}
-    return cfg if all(eval(c, {"max": max, "min": min}, scope) for c in constraints) else None  # noqa: S307
+def complete(file: str, config: dict, shape: str, m: int) -> dict | None:
+    """config with its space's first value for the params it predates (the kernel it ran before they existed:
+    the ring's KSPLIT 1 and ROTATE 0), in CONFIG_SPACE order; None where the service would not run it at
+    (shape, M): a value outside the space or a constraint unmet."""
+    space = file_space(file)
+    cfg = {k: config.get(k, values[0]) for k, values in space.params.items()}
+    return cfg if space.is_valid(cfg, SHAPES[shape].as_build_arg(m)) else None
 
 
 def best_configs(file: str, where: str, args: tuple) -> dict[tuple[str, int], list[dict]]:
@@ -78,7 +71,7 @@ def best_configs(file: str, where: str, args: tuple) -> dict[tuple[str, int], li
         " GROUP BY shape_name, m, config_key ORDER BY shape_name, m, min(ranked_us)", (*ids, *args))
     best: dict[tuple[str, int], list[dict]] = defaultdict(list)
     for shape, m, key in rows:
-        cfg = complete(file, json.loads(key), DIMS[shape], m)
+        cfg = complete(file, json.loads(key), shape, m)
         if cfg is not None and len(best[shape, m]) < TOP and cfg not in best[shape, m]:
             best[shape, m].append(cfg)
     return best
@@ -98,7 +91,7 @@ def grouped_shared() -> list[dict]:
                {"BLOCK_K": 256}, {"num_stages": 4}, {"num_warps": 8}, {"BLOCK_N2": 64, "BLOCK_K2": 256})
     out = []
     for m in (16, 64):
-        configs = [complete(GROUPED, {**base, **c}, DIMS["moe_experts_shared"], m) for c in changes]
+        configs = [complete(GROUPED, {**base, **c}, "moe_experts_shared", m) for c in changes]
         assert all(configs), "a grouped config outside the file's space or constraints"
         out.append({"file": GROUPED, "slot": "moe_experts_shared", "language": "triton", "batch_sizes": [m],
                     "configs": configs})
@@ -108,9 +101,9 @@ def grouped_shared() -> list[dict]:
 def check(plan: dict) -> int:
     runs = 0
     for item in plan["variants"]:
-        space, _, _ = file_space(item["file"])
+        space = file_space(item["file"])
         for cfg in item.get("configs", []):
-            assert list(cfg) == list(space), (item["file"], cfg)
+            assert list(cfg) == list(space.params), (item["file"], cfg)
         runs += len(item.get("configs", [None])) * len(item.get("batch_sizes", plan["deployment"]["batch_sizes"]))
     return runs
 
@@ -126,7 +119,7 @@ h200 += grouped_shared()
 db = sqlite3.connect(f"file:{H100.with_suffix('.sqlite')}?mode=ro&immutable=1", uri=True)
 cancelled = [json.loads(k) for (k,) in db.execute(
     "SELECT DISTINCT config_key FROM runs WHERE slot = 'moe_experts_shared' AND m = 4 AND status = 'cancelled'")]
-cancelled = [complete(GEMV, c, DIMS["moe_experts_shared"], 4) for c in cancelled]
+cancelled = [complete(GEMV, c, "moe_experts_shared", 4) for c in cancelled]
 assert all(cancelled), "a cancelled config the file no longer takes"
 h100 = grouped_shared() + [{"file": GEMV, "slot": "moe_experts_shared", "language": "triton", "batch_sizes": [4],
                             "configs": cancelled}]
