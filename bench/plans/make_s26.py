@@ -99,12 +99,18 @@ def grouped_shared() -> list[dict]:
 
 
 def check(plan: dict) -> int:
+    """The plan's run count; every config in its file's CONFIG_SPACE order."""
     runs = 0
     for item in plan["variants"]:
         space = file_space(item["file"])
-        for cfg in item.get("configs", []):
+        ms = item.get("batch_sizes", plan["deployment"]["batch_sizes"])
+        if "configs" not in item:  # all of the space: its valid points at each M
+            shapes = [s for s in SHAPES.values() if s.slot == item["slot"]]
+            runs += sum(space.count(s.as_build_arg(m)) for s in shapes for m in ms)
+            continue
+        for cfg in item["configs"]:
             assert list(cfg) == list(space.params), (item["file"], cfg)
-        runs += len(item.get("configs", [None])) * len(item.get("batch_sizes", plan["deployment"]["batch_sizes"]))
+        runs += len(item["configs"]) * len(ms) * len(item.get("shapes", [None]))
     return runs
 
 

@@ -1,0 +1,47 @@
+"""bench/plans/make_s26.py's plans ask only for runs the service takes: each item, planned as POST /v1/jobs plans it
+(the item's deployment, its shapes, the variant's space read from the file as the service reads it), gives one run
+per config, shape and batch size. The service drops a config that a shape or M does not admit without a word, so
+a plan that lost runs that way would spend a device call on less than it says."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.service_tuning import item_deployment
+from kernels.catalogue import get_slot
+from kernels.deployment import Deployment
+from kernels.variant_meta import declared_space
+from search.space import ConfigSpace
+from service.routers.jobs import _plan
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(("card", "runs"), [("h200", 86), ("h100", 24)])
+def test_every_config_of_the_s26_plans_is_a_run(card: str, runs: int) -> None:
+    plan = json.loads((REPO / f"bench/plans/s26_{card}.json").read_text())
+    total = 0
+    for item in plan["variants"]:
+        dep = Deployment(**item_deployment(plan, item))
+        shapes = [s for s in get_slot(item["slot"]).shapes(dep) if s.name in item.get("shapes", [s.name])]
+        space = ConfigSpace.parse(declared_space((REPO / item["file"]).read_text()))
+        configs = item.get("configs", "all")
+        planned = _plan(space, configs, shapes, dep.token_counts(), 10_000)
+        if configs != "all":
+            assert len(planned) == len(configs) * len(shapes) * len(dep.token_counts()), item
+        total += len(planned)
+    assert total == runs
+
+
+def test_make_s26_writes_the_plans_in_the_repo(tmp_path: Path) -> None:
+    before = {card: (REPO / f"bench/plans/s26_{card}.json").read_text() for card in ("h200", "h100")}
+    out = subprocess.run([sys.executable, "bench/plans/make_s26.py"], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    after = {card: (REPO / f"bench/plans/s26_{card}.json").read_text() for card in ("h200", "h100")}
+    assert after == before
