@@ -10,7 +10,7 @@ most valuable first (a call that runs out of time cancels the tail):
 - the mla_norms_gemm slot: the H100's best 3 Triton configs per M, and the torch variant;
 - moe_experts_grouped.py on the moe_experts_shared slot at M = 16 and 64, around the one config session 25 ran there
   (the incumbent of moe_experts), which loses to the separate pair by 5-11%: the w13 tile width, split-K, K tile,
-  stages and warps one at a time, and the w2 tile.
+  stages and warps one at a time, the w2 tile, and at M = 64 M tiles of 32 and 64 rows.
 bench/plans/s26_h100.json, resumed from h100-s25: those grouped configs, and the six moe_experts_gemv configs at M = 4
 that h100-s25 cancelled at its deadline.
 Every config gets its space's first value for parameters it predates and is checked here as the service checks it
@@ -91,7 +91,9 @@ def grouped_shared() -> list[dict]:
                {"BLOCK_K": 256}, {"num_stages": 4}, {"num_warps": 8}, {"BLOCK_N2": 64, "BLOCK_K2": 256})
     out = []
     for m in (16, 64):
-        configs = [complete(GROUPED, {**base, **c}, "moe_experts_shared", m) for c in changes]
+        # at M = 64 the shared expert's 64 rows fill wider tiles: its weights read once, not once per 16 rows
+        wider = ({"BLOCK_M": 32}, {"BLOCK_M": 64}) if m == 64 else ()
+        configs = [complete(GROUPED, {**base, **c}, "moe_experts_shared", m) for c in changes + wider]
         assert all(configs), "a grouped config outside the file's space or constraints"
         out.append({"file": GROUPED, "slot": "moe_experts_shared", "language": "triton", "batch_sizes": [m],
                     "configs": configs})
