@@ -3,17 +3,22 @@
 # why):
 # - H200: what the H100 ran since table ZN and no H200 has (the shared expert's split-order kernel, the ring GEMV,
 #   o_proj's GEMV with the residual and the norm, the mla_norms_gemm slot) and the grouped kernel's configs around
-#   moe_experts_shared's one at M = 16 and 64, resumed from the table of record (s25). Tuning only: call B
-#   (bench/session_s26b.sh) runs the self-test, the attention block and the decode layer from this call's table,
-#   so that each call stays under the 600 s a command may take.
+#   moe_experts_shared's one at M = 16 and 64, resumed from the table of record (s25); then, in what is left of the
+#   600 s a command may take, the decode layer at M = 1, 2, 4. Call B (bench/session_s26b.sh) runs the self-test,
+#   the attention block and the layer again from this call's table.
 # - H100: the grouped configs and h100-s25's cancelled M = 4 runs of moe_experts_shared, resumed from h100-s25, then
 #   the decode layer at M = 4 and 16.
 HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
 if [ "$HW" = h200 ]; then
-  export KT_PLAN=bench/plans/s26_h200.json KT_WHAT=decode-tuning-s26 KT_TUNING_S=${KT_TUNING_S:-500} \
+  export KT_PLAN=bench/plans/s26_h200.json KT_WHAT=decode-tuning-s26 KT_TUNING_S=${KT_TUNING_S:-460} \
     KT_RESUME_DB=bench/results/2026-12-06-h200-decode-tuning-s25.sqlite KT_MOE_BATCHES=none KT_REQUIRE_HW=h200 \
     KT_ATTN_BATCHES= KT_SELFTEST_S=0
-  exec bash "$(dirname "$0")/h200_session_x.sh"
+  source "$(dirname "$0")/device_lib.sh"
+  bash "$(dirname "$0")/h200_session_x.sh"
+  # the plan may end well before its deadline: the layer at M = 1, 2, 4 in what is left of the call's 600 s
+  LEFT=$(( 550 - SECONDS ))  # the install before this script takes ~30 s of the 600
+  if [ "$LEFT" -ge 90 ]; then layer_after_tuning "$KT_WHAT" 1,2,4 "$LEFT"; else echo "== no time for the layer" >> "$L"; fi
+  grep -E "^== |M= *[0-9]|rror" "$L" | tail -12
 elif [ "$HW" = h100 ]; then
   export KT_PLAN=bench/plans/s26_h100.json KT_WHAT=decode-tuning-h100-s26 KT_TUNING_S=${KT_TUNING_S:-300} \
     KT_RESUME_DB=bench/results/2026-12-06-h100-decode-tuning-h100-s25.sqlite
