@@ -456,3 +456,41 @@ def test_package_reference_matches_kerneltune_slots() -> None:
             assert sem.check(shape.dims, dt, ob, rb)[0] and slot.check(shape, ob, ra, a).passed, name
             pkg_ref.poison(ob)
             assert not sem.check(shape.dims, dt, ob, rb)[0], f"{name}: poisoned outputs must fail"
+
+
+def test_package_inputs_match_kerneltune_where_large_tensors_are_drawn_on_the_device(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU both draw a tensor of >= DEVICE_DRAW_MIN elements on the device (the package drew every tensor on
+    the host: minutes per MoE input set in the exported self-test, and inputs that differed from kerneltune's for
+    the same seed). Here the device path is forced on the CPU, for every tensor of >= 64 elements, in both."""
+    from kernels.slots import base
+
+    sys.path.insert(0, str(REPO / "export" / "templates"))
+    try:
+        import reference as pkg_ref
+    finally:
+        sys.path.pop(0)
+    assert pkg_ref.DEVICE_DRAW_MIN == base.DEVICE_DRAW_MIN
+    cpu = torch.device("cpu")
+    drawn: list[int] = []
+
+    def forced(device: torch.device, numel: int) -> bool:
+        drawn.append(numel)
+        return numel >= 64
+
+    monkeypatch.setattr(base, "draws_on_device", forced)
+    monkeypatch.setattr(pkg_ref, "_draws_on_device", forced)
+    dep = Deployment(spec="tiny-moe", tp=1)
+    for name in pkg_ref.SLOTS:
+        slot, sem = get_slot(name), pkg_ref.semantics(name)
+        for shape in slot.shapes(dep):
+            a = slot.make_inputs(shape, 3, 99, cpu)
+            b = sem.make_inputs(shape.dims, slot.dtype(shape), 3, 99, cpu)
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+    assert any(n >= 64 for n in drawn) and any(n < 64 for n in drawn)  # both paths ran
+    # and the device path is not the host path: the same seed gives other values
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    monkeypatch.setattr(base, "draws_on_device", lambda device, numel: False)
+    host = base.randn((256,), g1, cpu, torch.float32)
+    monkeypatch.setattr(base, "draws_on_device", lambda device, numel: True)
+    assert not torch.equal(host, base.randn((256,), g2, cpu, torch.float32))

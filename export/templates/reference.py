@@ -29,9 +29,22 @@ def ref_dtype(device: torch.device) -> torch.dtype:
     return torch.float64 if device.type == "cpu" else torch.float32
 
 
+DEVICE_DRAW_MIN = 1 << 20  # elements: kerneltune's kernels/slots/base.py rule, so a seed gives the same inputs
+
+
+def _draws_on_device(device: torch.device, numel: int) -> bool:
+    return device.type != "cpu" and numel >= DEVICE_DRAW_MIN
+
+
 def _randn(shape: tuple[int, ...], g: torch.Generator, device: torch.device, dtype: torch.dtype,
            std: float = 1.0) -> torch.Tensor:
-    return (torch.randn(shape, generator=g, dtype=torch.float32) * std).to(device=device, dtype=dtype)
+    if not _draws_on_device(device, math.prod(shape)):
+        return (torch.randn(shape, generator=g, dtype=torch.float32) * std).to(device=device, dtype=dtype)
+    # Large tensors (the experts' weights: 2 billion values at K2's shape) are drawn on the device, seeded from the
+    # host generator: drawn on the host they took minutes per input set, more than a self-test's time.
+    dev_gen = torch.Generator(device=device)
+    dev_gen.manual_seed(int(torch.randint(0, 2**62, (1,), generator=g)))
+    return (torch.randn(shape, generator=dev_gen, device=device, dtype=torch.float32) * std).to(dtype)
 
 
 def _weight(shape: tuple[int, ...], fan_in: int, g: torch.Generator, device: torch.device,

@@ -71,9 +71,15 @@ def ref_dtype_for(device: torch.device) -> torch.dtype:
 DEVICE_DRAW_MIN = 1 << 20  # elements; below this drawing on the host is cheap
 
 
+def draws_on_device(device: torch.device, numel: int) -> bool:
+    """Whether randn draws a tensor of numel elements for device on that device (the exported package's
+    reference.py applies the same rule, so a seed gives both the same inputs on a GPU too)."""
+    return device.type != "cpu" and numel >= DEVICE_DRAW_MIN
+
+
 def randn(shape: tuple[int, ...], gen: torch.Generator, device: torch.device, dtype: torch.dtype,
           std: float = 1.0) -> torch.Tensor:
-    if device.type == "cpu" or math.prod(shape) < DEVICE_DRAW_MIN:
+    if not draws_on_device(device, math.prod(shape)):
         # Drawn on the CPU from the seeded generator: a seed means the same inputs on every device.
         t = torch.randn(shape, generator=gen, dtype=torch.float32) * std
         return t.to(device=device, dtype=dtype)
