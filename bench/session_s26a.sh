@@ -15,8 +15,9 @@ if [ "$HW" = h200 ]; then
     KT_ATTN_BATCHES= KT_SELFTEST_S=0
   source "$(dirname "$0")/device_lib.sh"
   bash "$(dirname "$0")/h200_session_x.sh"
-  # the plan may end well before its deadline: the layer at M = 1, 2, 4 in what is left of the call's 600 s
-  LEFT=$(( 550 - SECONDS ))  # the install before this script takes ~30 s of the 600
+  # the plan may end well before its deadline: the layer at M = 1, 2, 4 in what is left of the call (KT_CALL_S: its
+  # limit less the install, 550 of 600 s by default)
+  LEFT=$(( ${KT_CALL_S:-550} - SECONDS ))  # the install before this script takes ~30 s of the call's limit
   if [ "$LEFT" -ge 90 ]; then layer_after_tuning "$KT_WHAT" 1,2,4 "$LEFT"; else echo "== no time for the layer" >> "$L"; fi
   grep -E "^== |M= *[0-9]|rror" "$L" | tail -12
 elif [ "$HW" = h100 ]; then
