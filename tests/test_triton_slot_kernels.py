@@ -384,6 +384,25 @@ def test_compile_ptx_sm90a(name):
 
 
 @needs_compiler
+@pytest.mark.parametrize("block_m,num_warps,mma", [(16, 4, "mma.sync"), (32, 4, "mma.sync"), (64, 4, "wgmma.mma_async"),
+                                                   (64, 8, "wgmma.mma_async")])
+def test_compile_ptx_k2_moe_grouped_claims_the_mma_triton_emits(block_m, num_warps, mma):
+    """A warp group owning 64 rows of tokens lowers tl.dot to wgmma: claiming mma.sync there made the service refuse
+    every BLOCK_M 64 run (H100 table h100-s26: compile_failed, "PTX lacks claimed instruction mma.sync")."""
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    from kernels.backends.triton_backend import claims_for
+
+    mod = load("moe_experts_grouped")
+    config = {**mod.DEFAULT_CONFIG, "BLOCK_M": block_m, "num_warps": num_warps}
+    shape = dict(K2["moe_experts_grouped"], M=64)
+    claimed = claims_for(mod, config, shape)
+    assert mma in claimed
+    ptx = mod.compile_ptx(config, shape, "sm_90a")
+    for needle in claimed:
+        assert needle in ptx, needle
+
+
+@needs_compiler
 @pytest.mark.parametrize("m,config", [
     (1, dict(MATH="fma", BLOCK_M=1, BLOCK_E=16, BLOCK_K=512, SPLIT_K=14, num_warps=4, num_stages=2, EPI_M=1)),
     (4, dict(MATH="fma", BLOCK_M=4, BLOCK_E=16, BLOCK_K=128, SPLIT_K=28, num_warps=4, num_stages=2, EPI_M=1,

@@ -75,10 +75,13 @@ DEFAULT_CONFIG = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 4, "n
 
 
 def claims(config, shape):
-    """What the sm_90a PTX shows: the tensor-core w13 pipelined with cp.async, and acq_rel arrival atomics
-    wherever a kernel counts arrivals (the align histogram, w13's split-K, w2's grouped combine)."""
+    """What the sm_90a PTX shows: the tensor-core w13 pipelined with cp.async (Triton lowers tl.dot to Hopper's
+    wgmma where a warp group owns a 64-row tile, else to mma.sync: an H100 run of BLOCK_M 64 was refused for
+    claiming mma.sync), and acq_rel arrival atomics wherever a kernel counts arrivals (the align histogram,
+    w13's split-K, w2's grouped combine)."""
     c = _full_config(config)
-    out = ["mma.sync", "cp.async"]
+    wgmma = int(c["BLOCK_M"]) >= 64 and int(c["num_warps"]) % 4 == 0
+    out = ["wgmma.mma_async" if wgmma else "mma.sync", "cp.async"]
     if c["ALIGN"] == "sort" or c["COMBINE"] == "grouped" or int(c["SPLIT_K"]) > 1:
         out.append("atom.global.gpu.acq_rel.add")
     if int(c["PDL"]):
