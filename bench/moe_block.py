@@ -27,7 +27,6 @@ or to configs keyed by batch (the largest key <= M is used, else the smallest).
 from __future__ import annotations
 
 import argparse
-import subprocess
 import datetime
 import importlib.util
 import json
@@ -48,6 +47,7 @@ VARIANTS = ROOT / "kernels" / "variants"
 sys.path.insert(0, str(ROOT / "bench"))
 from results_files import tuned_winners  # noqa: E402
 sys.path.insert(0, str(ROOT))
+from search import landscape  # noqa: E402
 from workers.chain import device_chains, takes_pdl  # noqa: E402
 SPECS = {
     "k2-tp8": dict(H=7168, E=384, top_k=8, n_group=1, topk_group=1, I=2048 // 8, I_shared=2048 // 8, eps=1e-6,
@@ -372,12 +372,9 @@ def summarise(samples):
 
 
 def git_commit():
-    commit = os.environ.get("KT_COMMIT", "")  # the device copy's .git can lag the tree that travelled
-    try:
-        return commit or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                                        cwd=pathlib.Path(__file__).resolve().parents[1]).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    """KT_COMMIT (the device's copy of .git can lag the tree that travelled: session 26's M = 64 layer, run without
+    it, named the session's first commit), else HEAD marked "+dirty" where tracked files differ from it."""
+    return os.environ.get("KT_COMMIT") or landscape.git_commit(ROOT)
 
 
 def measure_per_call(runs, times, dev, sets):

@@ -314,8 +314,14 @@ def synthetic_gemm_landscape(space_json: Mapping[str, Any], dims: Mapping[str, i
 
 
 def git_commit(cwd: str | Path | None = None) -> str:
+    """HEAD, with "+dirty" where tracked files differ from it (a result made from edited code, or on a device whose
+    copy of .git lags the tree that travelled), or "unknown"."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=cwd, timeout=10)
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=cwd, timeout=10)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                                text=True, cwd=cwd, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
-    return out.stdout.strip() if out.returncode == 0 else "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if status.returncode == 0 and status.stdout.strip() else "")
