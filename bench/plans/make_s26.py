@@ -4,7 +4,8 @@ bench/plans/s26_h200.json, resumed from the H200's table of record (s25): what t
 H200 has, each file's best configs from the H100's latest table (h100-s25, which holds every H100 run since ZN),
 most valuable first (a call that runs out of time cancels the tail):
 - shared_expert_fused.py as it is now (split-order partials, PDL; session 24): the H100's best 3 configs at M = 2, 4,
-  16, 64, where it holds the H100's buckets at 1.81-1.84x and the H200 still has the old file's 1.23-1.52x;
+  16, 64, where it holds the H100's M = 2-16 buckets at 1.81-1.84x and the H200's stand at 1.23-1.52x (the GEMV at
+  M = 2, the old fused file at M = 3-64);
 - the ring GEMV (dense_gemm_ring_gemv.py) at M = 1, 4, 16 of the three projections: the H100's best 3 per bucket;
 - o_proj's GEMV with the residual and the norm: session 25's call B (bench/plans/s25b_h200.json), not yet run;
 - the mla_norms_gemm slot: the H100's best 3 Triton configs per M, and the torch variant;
