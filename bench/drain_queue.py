@@ -39,7 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from load_api import GEMM_SOURCE, Server, git_commit, machine, merge_results, wait_quiet  # noqa: E402
+from load_api import GEMM_SOURCE, Server, machine, merge_results, wait_quiet  # noqa: E402
+from search.landscape import git_commit  # noqa: E402
 from service.embedded import worker_command  # noqa: E402
 from tests.support.live import AUDIT_DDL_PG  # noqa: E402
 from tests.support.servers import RedisServer  # noqa: E402
@@ -234,7 +235,7 @@ def main() -> int:
         print(f"1-minute load average before starting: {wait_quiet(args.wait_quiet):.2f}", flush=True)
 
     mach = machine()
-    commit = git_commit()  # at the start: the code that ran, whatever changes in the checkout meanwhile
+    commit = git_commit(ROOT)  # at the start: the code that ran, whatever changes in the checkout meanwhile
     dirty = [line.strip() for line in subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True,
                                                       text=True).stdout.splitlines() if line.strip()]
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")  # not when the figures are written

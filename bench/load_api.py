@@ -38,6 +38,8 @@ import sqlalchemy as sa
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from search.landscape import git_commit  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results"
 PG_ADMIN_URL = os.environ.get("KT_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 GEMM_SOURCE = (ROOT / "kernels/variants/torch/dense_gemm_matmul.py").read_text()
@@ -48,15 +50,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def git_commit() -> str:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
-        return sha + ("+dirty" if dirty.strip() else "")
-    except OSError:
-        return "unknown"
 
 
 def machine() -> dict[str, Any]:
@@ -435,7 +428,7 @@ def main() -> int:
         print(json.dumps(p))
     if not args.no_write:
         path = merge_results("load_api", {
-            "command": "python bench/load_api.py " + " ".join(sys.argv[1:]), "commit": git_commit(),
+            "command": "python bench/load_api.py " + " ".join(sys.argv[1:]), "commit": git_commit(ROOT),
             "machine": mach, "started": started,
             "setup": f"uvicorn --workers {args.api_workers} {impl} on loopback, PostgreSQL 127.0.0.1:5432 (fresh "
                      f"database), filesystem broker; one asyncio load generator on the same host (raw HTTP/1.1 "

@@ -371,12 +371,6 @@ def summarise(samples):
     return {"median_us": statistics.median(t), "p10_us": t[len(t) // 10], "p90_us": t[(9 * len(t)) // 10]}
 
 
-def git_commit():
-    """KT_COMMIT (the device's copy of .git can lag the tree that travelled: session 26's M = 64 layer, run without
-    it, named the session's first commit), else HEAD marked "+dirty" where tracked files differ from it."""
-    return os.environ.get("KT_COMMIT") or landscape.git_commit(ROOT)
-
-
 def measure_per_call(runs, times, dev, sets):
     """Per path, per call of a graph that runs it over ``sets`` rotating weight copies: the timings, the
     kernel launches and the GPU time per kernel name."""
@@ -393,7 +387,7 @@ def measure_per_call(runs, times, dev, sets):
 
 def write_result(out, name, dev, fields):
     """Write $OUT/<name>.json: date, commit, command and device, then the benchmark's own fields."""
-    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "commit": git_commit(),
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "commit": landscape.git_commit(ROOT),
               "command": " ".join(sys.argv), "device": device_info(dev), **fields}
     out_dir = pathlib.Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)

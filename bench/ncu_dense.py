@@ -22,7 +22,6 @@ import datetime as dt
 import importlib.util
 import io
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -181,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     profile_items(items, lambda it: profile(it, ncu), args.budget_s)
     device = torch.cuda.get_device_name(0)
     doc = {"date": dt.datetime.now(dt.timezone.utc).isoformat(), "device": device,
-           "commit": os.environ.get("KT_COMMIT") or git_commit(),
+           "commit": git_commit(ROOT),
            "command": "bench/ncu_dense.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
            "items": items}
     # the header's (UTC) date names the file, so the name and the header never disagree

@@ -16,7 +16,6 @@ import datetime as dt
 import json
 import os
 import random
-import subprocess
 import sys
 import multiprocessing as mp
 import time
@@ -33,22 +32,12 @@ from kernels.catalogue import get_slot  # noqa: E402
 from kernels.deployment import Deployment, batch_bucket  # noqa: E402
 from kernels.slots.base import Shape  # noqa: E402
 from kernels.variant_meta import declared_literals, declared_space  # noqa: E402
+from search.landscape import git_commit  # noqa: E402
 from search.space import ConfigSpace  # noqa: E402
 from workers.protocol import BenchSettings, RunSpec  # noqa: E402
 from workers.sandbox import evaluate  # noqa: E402
 
 LANG_BY_DIR = {"torch": "torch", "triton": "triton", "cute": "cute"}
-
-
-def git_commit() -> str:
-    # The device copy's .git can lag the tree that travelled: the caller's KT_COMMIT wins.
-    if os.environ.get("KT_COMMIT"):
-        return os.environ["KT_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("KT_COMMIT", "unknown")
 
 
 def slot_of(path: Path) -> str:
@@ -189,7 +178,7 @@ def header_for(args: argparse.Namespace, dep: Deployment, fingerprint: dict[str,
     return {
         "what": f"kerneltune pipeline runs: {args.what}", "date": dt.date.today().isoformat(),
         "device": fingerprint.get("name") or args.device, "hardware": args.hardware,
-        "fingerprint": fingerprint, "commit": git_commit(), "command": " ".join(sys.argv),
+        "fingerprint": fingerprint, "commit": git_commit(REPO), "command": " ".join(sys.argv),
         "deployment": dep.model_dump(), "wall_s": round(time.monotonic() - t_start, 1),
     }
 

@@ -17,7 +17,6 @@ import json
 import math
 import os
 import sqlite3
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,23 +26,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from kernels.variant_meta import declared_literals, declared_space  # noqa: E402
+from search.landscape import git_commit  # noqa: E402
 from service.client import ApiError, Client  # noqa: E402
 from service.embedded import EmbeddedStack  # noqa: E402
 
 SMALL_M = (1, 2, 4, 8, 16)
 SHIPPED_AUTHOR = "kerneltune-shipped"
 SHIPPED_NOTE = "shipped variant "  # + the file: how a variant this script submits names its source
-
-
-def git_commit() -> str:
-    # The device copy's .git can lag the tree that travelled: the caller's KT_COMMIT wins.
-    if os.environ.get("KT_COMMIT"):
-        return os.environ["KT_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("KT_COMMIT", "unknown")
 
 
 def token_for(data_dir: Path) -> str | None:
@@ -309,7 +298,7 @@ def main() -> None:
     date = dt.date.today().isoformat()
     header = {"what": f"kerneltune service tuning: {args.what}", "date": date,
               "device": (fp.get("fields") or {}).get("name", args.device), "fingerprint": fp,
-              "commit": git_commit(), "command": " ".join(sys.argv), "plan": plan, "jobs": jobs,
+              "commit": git_commit(REPO), "command": " ".join(sys.argv), "plan": plan, "jobs": jobs,
               "variant_files": variant_files, "export": export,
               "wall_s": round(time.monotonic() - t0, 1)}
     summary = summarise(winners, board)

@@ -15,6 +15,7 @@ import datetime as dt
 import hashlib
 import json
 import math
+import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -314,8 +315,10 @@ def synthetic_gemm_landscape(space_json: Mapping[str, Any], dims: Mapping[str, i
 
 
 def git_commit(cwd: str | Path | None = None) -> str:
-    """HEAD, with "+dirty" where tracked files differ from it (a result made from edited code, or on a device whose
-    copy of .git lags the tree that travelled), or "unknown"."""
+    """The commit a results file names: KT_COMMIT where the caller set it (a device call: the device's copy of .git
+    can lag the tree that travelled), else HEAD, with "+dirty" where tracked files differ from it, or "unknown"."""
+    if os.environ.get("KT_COMMIT"):
+        return os.environ["KT_COMMIT"]
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=cwd, timeout=10)
         status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
