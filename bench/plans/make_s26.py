@@ -18,6 +18,7 @@ Every config gets its space's first value for parameters it predates and is chec
 (search/space.py), so the service refuses none. Run from the repo root.
 """
 
+import functools
 import json
 import sqlite3
 import sys
@@ -46,6 +47,7 @@ SHAPES = {shape.name: shape for slot in ("shared_expert", "mla_norms_gemm", "moe
         for shape in get_slot(slot).shapes(Deployment(**DEPLOYMENT))}
 
 
+@functools.cache  # read once per file, not once per config
 def file_space(file: str) -> ConfigSpace:
     """The file's CONFIG_SPACE and CONSTRAINTS as the service reads them (from the text: a CuTe file needs CuTe DSL
     to import)."""
