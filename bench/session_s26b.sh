@@ -9,12 +9,13 @@
 #   decode layer at M = 1, 2.
 HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
 if [ "$HW" = h200 ]; then
-  W=$(ls -t bench/results/*-h200-decode-tuning-s26.json 2>/dev/null | head -n1)
+  # session 27's call A (bench/session_s27a.sh) writes decode-tuning-s27: its table extends s26's plan
+  W=$(ls -t bench/results/*-h200-decode-tuning-s27.json bench/results/*-h200-decode-tuning-s26.json 2>/dev/null | head -n1)
   SELFTEST="--slot shared_expert --slot dense_gemm --slot oproj_residual_norm --slot mla_norms_gemm"
   ST_S=80 ATTN=1,4,16 LAYER=1,2,4,16
 elif [ "$HW" = h100 ]; then
-  W=$(ls -t bench/results/*-h100-decode-tuning-h100-s26.json bench/results/*-h100-decode-tuning-h100-s25.json \
-      2>/dev/null | head -n1)
+  W=$(ls -t bench/results/*-h100-decode-tuning-h100-s27.json bench/results/*-h100-decode-tuning-h100-s26.json \
+      bench/results/*-h100-decode-tuning-h100-s25.json 2>/dev/null | head -n1)
   SELFTEST="--slot moe_experts_shared --slot shared_expert"
   ST_S=200 ATTN= LAYER=1,2
 else

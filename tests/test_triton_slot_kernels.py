@@ -257,8 +257,8 @@ def check_moe_experts(cfg, ms):
         for trial in range(2 if M == 3 else 1):
             g = torch.Generator().manual_seed(13 * M + trial)
             ids = torch.stack([torch.randperm(E, generator=g)[:top_k] for _ in range(M)]).to(torch.int32)
-            if M == 8:
-                ids[:, 1] = 5  # a hot expert picked by every token
+            if M == 8 or M > 16:
+                ids[:, 1] = 5  # a hot expert picked by every token (more than BLOCK_M rows above M = 16)
                 ids[:, 0] = torch.where(ids[:, 0] == 5, 6, ids[:, 0])
                 ids[:, 2:] = torch.where(ids[:, 2:] == 5, 7, ids[:, 2:])
                 ids[:, 2:] = torch.where((ids[:, 2:] == 7) & (ids[:, :1] == 7), 8, ids[:, 2:])
@@ -310,6 +310,9 @@ CASES = {
     "moe-grouped-splitk2": (check_moe_experts, (dict(SPLIT_K=2, COMBINE="grouped"), (1, 3, 8))),
     "moe-grouped-splitk1-hot": (check_moe_experts, (dict(SPLIT_K=1, COMBINE="grouped"), (8,))),
     "moe-pairs": (check_moe_experts, (dict(SPLIT_K=1, COMBINE="pairs"), (3,))),
+    # one CTA per 16-row tile: the hot expert's 17 / 40 rows are 2 / 3 tiles, the last partial
+    "moe-tiles-splitk2-hot": (check_moe_experts, (dict(SPLIT_K=2, COMBINE="grouped", ALIGN="tiles"), (17, 40))),
+    "moe-tiles-splitk1-hot": (check_moe_experts, (dict(SPLIT_K=1, COMBINE="grouped", ALIGN="tiles"), (40,))),
     # no align launch: one group per (token, expert) pair; M=8 has a hot expert that every token picked
     "moe-noalign-grouped-splitk2": (check_moe_experts, (dict(SPLIT_K=2, COMBINE="grouped", ALIGN="none"), (1, 3, 8))),
     "moe-noalign-pairs": (check_moe_experts, (dict(SPLIT_K=1, COMBINE="pairs", ALIGN="none"), (1, 3))),
@@ -384,16 +387,17 @@ def test_compile_ptx_sm90a(name):
 
 
 @needs_compiler
-@pytest.mark.parametrize("block_m,num_warps,mma", [(16, 4, "mma.sync"), (32, 4, "mma.sync"), (64, 4, "wgmma.mma_async"),
-                                                   (64, 8, "wgmma.mma_async")])
-def test_compile_ptx_k2_moe_grouped_claims_the_mma_triton_emits(block_m, num_warps, mma):
+@pytest.mark.parametrize("block_m,num_warps,mma,align", [
+    (16, 4, "mma.sync", "sort"), (32, 4, "mma.sync", "sort"), (64, 4, "wgmma.mma_async", "sort"),
+    (64, 8, "wgmma.mma_async", "sort"), (16, 4, "mma.sync", "tiles"), (32, 8, "mma.sync", "tiles")])
+def test_compile_ptx_k2_moe_grouped_claims_the_mma_triton_emits(block_m, num_warps, mma, align):
     """A warp group owning 64 rows of tokens lowers tl.dot to wgmma: claiming mma.sync there made the service refuse
     every BLOCK_M 64 run (H100 table h100-s26: compile_failed, "PTX lacks claimed instruction mma.sync")."""
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     from kernels.backends.triton_backend import claims_for
 
     mod = load("moe_experts_grouped")
-    config = {**mod.DEFAULT_CONFIG, "BLOCK_M": block_m, "num_warps": num_warps}
+    config = {**mod.DEFAULT_CONFIG, "BLOCK_M": block_m, "num_warps": num_warps, "ALIGN": align}
     shape = dict(K2["moe_experts_grouped"], M=64)
     claimed = claims_for(mod, config, shape)
     assert mma in claimed

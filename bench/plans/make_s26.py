@@ -18,7 +18,6 @@ Every config gets its space's first value for parameters it predates and is chec
 (search/space.py), so the service refuses none. Run from the repo root.
 """
 
-import functools
 import json
 import sqlite3
 import sys
@@ -29,38 +28,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import results_files  # noqa: E402
-from kernels.catalogue import get_slot  # noqa: E402
-from kernels.deployment import Deployment  # noqa: E402
-from kernels.variant_meta import declared_space  # noqa: E402
-from search.space import ConfigSpace  # noqa: E402
+from plans.plan_lib import DEPLOYMENT, GROUPED, check, complete  # noqa: E402
 
 H100 = Path("bench/results/2026-12-06-h100-decode-tuning-h100-s25")
 SHARED = "kernels/variants/triton/shared_expert_fused.py"
 RING = "kernels/variants/cute/dense_gemm_ring_gemv.py"
 MLA = "kernels/variants/triton/rmsnorm_gemm_fused.py"
-GROUPED = "kernels/variants/triton/moe_experts_grouped.py"
 GEMV = "kernels/variants/triton/moe_experts_gemv.py"
 TOP = 3
-DEPLOYMENT = {"spec": "kimi-k2-like", "tp": 8, "batch_sizes": [1, 2, 4, 16, 64]}
-# shape name -> the shape, as the service derives it for this deployment
-SHAPES = {shape.name: shape for slot in ("shared_expert", "mla_norms_gemm", "moe_experts_shared", "dense_gemm")
-        for shape in get_slot(slot).shapes(Deployment(**DEPLOYMENT))}
-
-
-@functools.cache  # read once per file, not once per config
-def file_space(file: str) -> ConfigSpace:
-    """The file's CONFIG_SPACE and CONSTRAINTS as the service reads them (from the text: a CuTe file needs CuTe DSL
-    to import)."""
-    return ConfigSpace.parse(declared_space(Path(file).read_text()))
-
-
-def complete(file: str, config: dict, shape: str, m: int) -> dict | None:
-    """config with its space's first value for the params it predates (the kernel it ran before they existed:
-    the ring's KSPLIT 1 and ROTATE 0), in CONFIG_SPACE order; None where the service would not run it at
-    (shape, M): a value outside the space or a constraint unmet."""
-    space = file_space(file)
-    cfg = {k: config.get(k, values[0]) for k, values in space.params.items()}
-    return cfg if space.is_valid(cfg, SHAPES[shape].as_build_arg(m)) else None
 
 
 def best_configs(file: str, where: str, args: tuple) -> dict[tuple[str, int], list[dict]]:
@@ -101,22 +76,6 @@ def grouped_shared() -> list[dict]:
         out.append({"file": GROUPED, "slot": "moe_experts_shared", "language": "triton", "batch_sizes": [m],
                     "configs": configs})
     return out
-
-
-def check(plan: dict) -> int:
-    """The plan's run count; every config in its file's CONFIG_SPACE order."""
-    runs = 0
-    for item in plan["variants"]:
-        space = file_space(item["file"])
-        ms = item.get("batch_sizes", plan["deployment"]["batch_sizes"])
-        if "configs" not in item:  # all of the space: its valid points at each M
-            shapes = [s for s in SHAPES.values() if s.slot == item["slot"]]
-            runs += sum(space.count(s.as_build_arg(m)) for s in shapes for m in ms)
-            continue
-        for cfg in item["configs"]:
-            assert list(cfg) == list(space.params), (item["file"], cfg)
-        runs += len(item["configs"]) * len(ms) * len(item.get("shapes", [None]))
-    return runs
 
 
 h200 = items(SHARED, "shared_expert", "triton", best_configs(SHARED, "m IN (2, 4, 16, 64)", ()), False)

@@ -17,6 +17,13 @@ picked it. THREE launches, no host sync, CUDA-graph capturable:
    back (xchg 0), casts and writes out. COMBINE="pairs": grid (M, K / BLOCK_N2), each CTA sums
    its token's top_k experts itself (no atomics, deterministic; weights re-read per pair, so only
    for M small enough that pairs rarely share experts).
+ALIGN="tiles" (M > BLOCK_M; the same as "sort" below that) makes the groups BLOCK_M-row tiles: the align kernel lists
+each expert's rows as ceil(count / BLOCK_M) tiles, and every kernel after it runs one tile per CTA where "sort" runs
+a group's tiles one after another in one CTA (its M_CHUNKS loop, each tile reading the expert's weights again). An
+expert that many tokens picked -- moe_experts_shared's shared expert, picked by all M -- then spreads over M /
+BLOCK_M CTAs instead of making each of its CTAs M / BLOCK_M times longer than the rest. That is the likely cause of
+the H100's decode layer at M = 64 (session 26): w13 650 vs 597 us and w2 364 vs 313 with the shared expert's 64
+rows as one more group, where one more expert's bytes is ~3 us.
 ALIGN="none" (M <= 8) skips the align launch: each (token, expert) pair is its own group (expert = the
 pair's top-k id, one row), so the grid has M*top_k groups and no kernel has to sort. Correct for any M; an
 expert picked by two tokens is then read twice, so it pays only where pairs rarely share experts -- M = 1,
@@ -47,7 +54,7 @@ CONFIG_SPACE = {
     "BLOCK_K": [128, 256],  # 64 never won on the H200 (dropped to keep PDL under the API's cap)
     "SPLIT_K": [1, 2, 4, 8],
     "num_warps": [4, 8],  # 2 warps never won on the H200 and kept the space under the API's 100k-point cap
-    "num_stages": [2, 3, 4],
+    "num_stages": [3, 4],  # 2 won none of the 53 tables' grouped winners; dropped to make room for ALIGN "tiles"
     "COMBINE": ["grouped", "pairs"],
     # the H200 table (bench/results/2026-12-03-h200-decode-tuning-r.sqlite): w2 tiles of 128 rows won at every
     # M and time falls with the width at M=1 (32: 49.5 us, 64: 44.1, 128: 40.7); 2 warps for w2 lost (45.4)
@@ -55,7 +62,7 @@ CONFIG_SPACE = {
     "BLOCK_K2": [64, 128, 256],
     "num_warps2": [4, 8],
     "num_stages2": [2, 3],
-    "ALIGN": ["sort", "none"],  # "sort" first: what the versions before this parameter did
+    "ALIGN": ["sort", "none", "tiles"],  # "sort" first: what the versions before this parameter did
     "PDL": [0, 1],
 }
 CONSTRAINTS = [
@@ -66,7 +73,8 @@ CONSTRAINTS = [
     "BLOCK_N * BLOCK_K <= 16384",
     "BLOCK_N2 * BLOCK_K2 <= 16384",
     "COMBINE == 'grouped' or M <= 8",
-    "ALIGN == 'sort' or M <= 8",
+    "ALIGN != 'none' or M <= 8",
+    "ALIGN != 'tiles' or M > BLOCK_M",  # below that every group is one tile: the same kernels as "sort"
     "PDL == 0 or (ALIGN == 'none' and COMBINE == 'grouped' and BLOCK_K2 >= I)",  # prefetch: the whole K of w2
 ]
 DEFAULT_CONFIG = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 4, "num_warps": 4, "num_stages": 3,
@@ -82,7 +90,7 @@ def claims(config, shape):
     c = _full_config(config)
     wgmma = int(c["BLOCK_M"]) >= 64 and int(c["num_warps"]) % 4 == 0
     out = ["wgmma.mma_async" if wgmma else "mma.sync", "cp.async"]
-    if c["ALIGN"] == "sort" or c["COMBINE"] == "grouped" or int(c["SPLIT_K"]) > 1:
+    if c["ALIGN"] != "none" or c["COMBINE"] == "grouped" or int(c["SPLIT_K"]) > 1:
         out.append("atom.global.gpu.acq_rel.add")
     if int(c["PDL"]):
         out += ["griddepcontrol.launch_dependents", "griddepcontrol.wait"]
@@ -93,7 +101,8 @@ USES_LIBRARY = False
 @triton.jit
 def moe_align_kernel(ids_ptr, ecnt_ptr, estart_ptr, sorted_ptr, pos_ptr, g_expert_ptr, g_start_ptr, g_count_ptr,
                      P, E: tl.constexpr, E_PAD: tl.constexpr, P_PAD: tl.constexpr, MAX_G: tl.constexpr,
-                     G_PAD: tl.constexpr, INTERPRET: tl.constexpr):
+                     G_PAD: tl.constexpr, INTERPRET: tl.constexpr, TILE_M: tl.constexpr, TILES_PER_E: tl.constexpr):
+    """TILE_M == 0: one group per expert present; else one group per TILE_M-row tile of each expert's rows."""
     p = tl.arange(0, P_PAD)
     p_ok = p < P
     ids = tl.load(ids_ptr + p, mask=p_ok, other=0)
@@ -109,15 +118,25 @@ def moe_align_kernel(ids_ptr, ecnt_ptr, estart_ptr, sorted_ptr, pos_ptr, g_exper
     else:  # read the histogram at L2 and re-zero it for the next call
         c = tl.atomic_xchg(ecnt_ptr + e, tl.zeros([E_PAD], tl.int32), mask=e_ok, sem="acq_rel", scope="gpu")
     c = tl.where(e_ok, c, 0)
-    present = (c > 0).to(tl.int32)
-    gidx = tl.cumsum(present, axis=0) - present
     gstart = tl.cumsum(c, axis=0) - c
-    n_groups = tl.sum(present, axis=0)
     tl.store(estart_ptr + e, gstart, mask=e_ok)
-    has = present > 0
-    tl.store(g_expert_ptr + gidx, e, mask=has)
-    tl.store(g_start_ptr + gidx, gstart, mask=has)
-    tl.store(g_count_ptr + gidx, c, mask=has)
+    if TILE_M == 0:
+        present = (c > 0).to(tl.int32)
+        gidx = tl.cumsum(present, axis=0) - present
+        n_groups = tl.sum(present, axis=0)
+        has = present > 0
+        tl.store(g_expert_ptr + gidx, e, mask=has)
+        tl.store(g_start_ptr + gidx, gstart, mask=has)
+        tl.store(g_count_ptr + gidx, c, mask=has)
+    else:  # expert e's tiles are groups tstart[e] .. tstart[e] + ntiles[e] - 1
+        ntiles = (c + TILE_M - 1) // TILE_M
+        tstart = tl.cumsum(ntiles, axis=0) - ntiles
+        n_groups = tl.sum(ntiles, axis=0)
+        for j in tl.static_range(TILES_PER_E):
+            has = j < ntiles
+            tl.store(g_expert_ptr + tstart + j, e, mask=has)
+            tl.store(g_start_ptr + tstart + j, gstart + j * TILE_M, mask=has)
+            tl.store(g_count_ptr + tstart + j, tl.minimum(c - j * TILE_M, TILE_M), mask=has)
     g = tl.arange(0, G_PAD)
     tl.store(g_expert_ptr + g, tl.full([G_PAD], -1, tl.int32), mask=(g >= n_groups) & (g < MAX_G))
     tl.debug_barrier()
@@ -302,15 +321,20 @@ def _consts(cfg, shape, interpret, pdl=False):
     E, K, I, top_k, M = (int(shape[n]) for n in ("E", "K", "I", "top_k", "M"))
     M = max(M, 1)
     P = M * top_k
-    sort = cfg["ALIGN"] == "sort"
+    sort = cfg["ALIGN"] != "none"
+    tiles = cfg["ALIGN"] == "tiles"
+    bm = int(cfg["BLOCK_M"])
     max_g = min(P, E) if sort else P  # unsorted: one group per pair
+    if tiles:  # at most one partial tile per expert present: sum ceil(c_e / bm) <= G + (P - G) // bm
+        max_g += (P - max_g) // bm
     split = int(cfg["SPLIT_K"])
     bk = int(cfg["BLOCK_K"])
     k_split = triton.cdiv(triton.cdiv(K, split), bk) * bk
     split = triton.cdiv(K, k_split)  # effective split (no empty K slices)
-    bm = int(cfg["BLOCK_M"])
-    align = dict(E=E, E_PAD=_np2(E), P_PAD=max(16, _np2(P)), MAX_G=max_g, G_PAD=_np2(max_g), INTERPRET=interpret)
-    chunks = triton.cdiv(M, bm) if sort else 1  # an unsorted group is one row
+    align = dict(E=E, E_PAD=_np2(E), P_PAD=max(16, _np2(P)), MAX_G=max_g, G_PAD=_np2(max_g), INTERPRET=interpret,
+                 TILE_M=bm if tiles else 0, TILES_PER_E=triton.cdiv(M, bm) if tiles else 1)
+    # a CTA loops over its group's tiles with "sort"; with "tiles" a group is one tile, an unsorted group one row
+    chunks = triton.cdiv(M, bm) if sort and not tiles else 1
     w13 = dict(K=K, I=I, TOP_K=top_k, K_SPLIT=k_split, M_CHUNKS=chunks, BLOCK_M=bm,
                BLOCK_N=int(cfg["BLOCK_N"]), BLOCK_K=bk, SPLIT_K=split, INTERPRET=interpret, PDL=pdl)
     if cfg["COMBINE"] == "grouped":
@@ -326,7 +350,7 @@ def _consts(cfg, shape, interpret, pdl=False):
 def build(config, shape):
     cfg = _full_config(config)
     grouped = cfg["COMBINE"] == "grouped"
-    sort = cfg["ALIGN"] == "sort"
+    sort = cfg["ALIGN"] != "none"
     nw, ns = int(cfg["num_warps"]), int(cfg["num_stages"])
     nw2, ns2 = int(cfg["num_warps2"]), int(cfg["num_stages2"])
     state = {}
@@ -414,7 +438,7 @@ def compile_ptx(config, shape, arch="sm_90a"):
                   "tw_ptr": "*fp32", "ows_ptr": "*fp32", "out_ptr": "*bf16", "P": "i32", "stride_xm": "i32",
                   "stride_om": "i32"})
     al = ("stride_xm", "stride_om")
-    ptx = [_aot(moe_align_kernel, types, align, 4, 1, arch)] if cfg["ALIGN"] == "sort" else []
+    ptx = [_aot(moe_align_kernel, types, align, 4, 1, arch)] if cfg["ALIGN"] != "none" else []
     ptx.append(_aot(moe_w13_kernel, types, w13, int(cfg["num_warps"]), int(cfg["num_stages"]), arch, al))
     k2 = moe_w2_grouped_kernel if cfg["COMBINE"] == "grouped" else moe_w2_pairs_kernel
     ptx.append(_aot(k2, types, w2, int(cfg["num_warps2"]), int(cfg["num_stages2"]), arch, al, pdl_launch=pdl))

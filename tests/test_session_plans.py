@@ -1,4 +1,4 @@
-"""bench/plans/make_s26.py's plans ask only for runs the service takes: each item, planned as POST /v1/jobs plans it
+"""bench/plans/make_s26.py's and make_s27.py's plans ask only for runs the service takes: each item, planned as POST /v1/jobs plans it
 (the item's deployment, its shapes, the variant's space read from the file as the service reads it), gives one run
 per config, shape and batch size. The service drops a config that a shape or M does not admit without a word, so
 a plan that lost runs that way would spend a device call on less than it says."""
@@ -22,9 +22,10 @@ from service.routers.jobs import _plan
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize(("card", "runs"), [("h200", 88), ("h100", 26)])
-def test_every_config_of_the_s26_plans_is_a_run(card: str, runs: int) -> None:
-    plan = json.loads((REPO / f"bench/plans/s26_{card}.json").read_text())
+@pytest.mark.parametrize(("session", "card", "runs"), [("s26", "h200", 88), ("s26", "h100", 26), ("s27", "h200", 102),
+                                                       ("s27", "h100", 14)])
+def test_every_config_of_the_session_plans_is_a_run(session: str, card: str, runs: int) -> None:
+    plan = json.loads((REPO / f"bench/plans/{session}_{card}.json").read_text())
     total = 0
     for item in plan["variants"]:
         dep = Deployment(**item_deployment(plan, item))
@@ -38,10 +39,11 @@ def test_every_config_of_the_s26_plans_is_a_run(card: str, runs: int) -> None:
     assert total == runs
 
 
-def test_make_s26_writes_the_plans_in_the_repo(tmp_path: Path) -> None:
-    before = {card: (REPO / f"bench/plans/s26_{card}.json").read_text() for card in ("h200", "h100")}
-    out = subprocess.run([sys.executable, "bench/plans/make_s26.py"], cwd=REPO, capture_output=True, text=True,
+@pytest.mark.parametrize("session", ["s26", "s27"])
+def test_make_writes_the_plans_in_the_repo(session: str) -> None:
+    before = {card: (REPO / f"bench/plans/{session}_{card}.json").read_text() for card in ("h200", "h100")}
+    out = subprocess.run([sys.executable, f"bench/plans/make_{session}.py"], cwd=REPO, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    after = {card: (REPO / f"bench/plans/s26_{card}.json").read_text() for card in ("h200", "h100")}
+    after = {card: (REPO / f"bench/plans/{session}_{card}.json").read_text() for card in ("h200", "h100")}
     assert after == before

@@ -1,0 +1,52 @@
+"""What the make_s*.py plan writers share: the session's deployment, its shapes as the service derives them, each
+variant file's space as the service reads it, and a config completed and checked as the service would check it."""
+
+import functools
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from kernels.catalogue import get_slot  # noqa: E402
+from kernels.deployment import Deployment  # noqa: E402
+from kernels.variant_meta import declared_space  # noqa: E402
+from search.space import ConfigSpace  # noqa: E402
+
+GROUPED = "kernels/variants/triton/moe_experts_grouped.py"
+DEPLOYMENT = {"spec": "kimi-k2-like", "tp": 8, "batch_sizes": [1, 2, 4, 16, 64]}
+# shape name -> the shape, as the service derives it for this deployment
+SHAPES = {shape.name: shape for slot in ("shared_expert", "mla_norms_gemm", "moe_experts_shared", "dense_gemm",
+                                         "moe_experts")
+          for shape in get_slot(slot).shapes(Deployment(**DEPLOYMENT))}
+
+
+@functools.cache  # read once per file, not once per config
+def file_space(file: str) -> ConfigSpace:
+    """The file's CONFIG_SPACE and CONSTRAINTS as the service reads them (from the text: a CuTe file needs CuTe DSL
+    to import)."""
+    return ConfigSpace.parse(declared_space(Path(file).read_text()))
+
+
+def complete(file: str, config: dict, shape: str, m: int) -> dict | None:
+    """config with its space's first value for the params it predates (the kernel it ran before they existed:
+    the ring's KSPLIT 1 and ROTATE 0), in CONFIG_SPACE order; None where the service would not run it at
+    (shape, M): a value outside the space or a constraint unmet."""
+    space = file_space(file)
+    cfg = {k: config.get(k, values[0]) for k, values in space.params.items()}
+    return cfg if space.is_valid(cfg, SHAPES[shape].as_build_arg(m)) else None
+
+
+def check(plan: dict) -> int:
+    """The plan's run count; every config in its file's CONFIG_SPACE order."""
+    runs = 0
+    for item in plan["variants"]:
+        space = file_space(item["file"])
+        ms = item.get("batch_sizes", plan["deployment"]["batch_sizes"])
+        if "configs" not in item:  # all of the space: its valid points at each M
+            shapes = [s for s in SHAPES.values() if s.slot == item["slot"]]
+            runs += sum(space.count(s.as_build_arg(m)) for s in shapes for m in ms)
+            continue
+        for cfg in item["configs"]:
+            assert list(cfg) == list(space.params), (item["file"], cfg)
+        runs += len(item["configs"]) * len(ms) * len(item.get("shapes", [None]))
+    return runs
