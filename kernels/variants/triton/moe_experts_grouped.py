@@ -42,8 +42,6 @@ Workspaces are allocated and zeroed on the first call on a device, then kept cle
 themselves. Every element of out is written by every call.
 """
 
-import math
-
 import torch
 import triton
 import triton.language as tl
