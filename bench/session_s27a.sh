@@ -17,10 +17,12 @@ if [ "$HW" = h200 ]; then
   if [ "$LEFT" -ge 60 ]; then layer_after_tuning "$KT_WHAT" 64 "$LEFT"; else echo "== no time for the layer" >> "$L"; fi
   grep -E "^== |M= *[0-9]|rror" "$L" | tail -12
 elif [ "$HW" = h100 ]; then
-  export KT_PLAN=bench/plans/s27_h100.json KT_WHAT=decode-tuning-h100-s27 KT_TUNING_S=${KT_TUNING_S:-200} \
+  # its own variable: KT_TUNING_S sizes the H200's much longer plan
+  export KT_PLAN=bench/plans/s27_h100.json KT_WHAT=decode-tuning-h100-s27 KT_TUNING_S=${KT_H100_TUNING_S:-170} \
     KT_RESUME_DB=bench/results/2026-12-06-h100-decode-tuning-h100-s26.sqlite
   source "$(dirname "$0")/device_lib.sh"  # tune_then_layer; h200_session_x.sh logs into the same run.log
-  tune_then_layer "--slot moe_experts_shared --slot moe_experts" 64,16 240 60
+  # the layer gets what is left of the call after the tuning (<= KT_TUNING_S) and the self-test (40 s)
+  tune_then_layer "--slot moe_experts_shared --slot moe_experts" 64,16 $(( ${KT_CALL_S:-550} - KT_TUNING_S - 40 )) 40
 else
   echo "session 27 call A: no plan for this card: $HW"; exit 0
 fi
