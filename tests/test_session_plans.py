@@ -1,7 +1,7 @@
-"""bench/plans/make_s26.py's and make_s27.py's plans ask only for runs the service takes: each item, planned as POST /v1/jobs plans it
-(the item's deployment, its shapes, the variant's space read from the file as the service reads it), gives one run
-per config, shape and batch size. The service drops a config that a shape or M does not admit without a word, so
-a plan that lost runs that way would spend a device call on less than it says."""
+"""bench/plans/make_s26.py's and make_s27.py's plans ask only for runs the service takes: each item, planned as
+POST /v1/jobs plans it (the item's deployment, its shapes, the variant's space read from the file as the service
+reads it), gives one run per config, shape and batch size. The service drops a config that a shape or M does not
+admit without a word, so a plan that lost runs that way would spend a device call on less than it says."""
 
 from __future__ import annotations
 

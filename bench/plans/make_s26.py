@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import results_files  # noqa: E402
-from plans.plan_lib import DEPLOYMENT, GROUPED, check, complete  # noqa: E402
+from plans.plan_lib import DEPLOYMENT, GROUPED, GROUPED_INCUMBENT, check, complete  # noqa: E402
 
 H100 = Path("bench/results/2026-12-06-h100-decode-tuning-h100-s25")
 SHARED = "kernels/variants/triton/shared_expert_fused.py"
@@ -62,16 +62,13 @@ def items(file: str, slot: str, language: str, best: dict, shaped: bool) -> list
 
 def grouped_shared() -> list[dict]:
     """The moe_experts incumbent at M = 16 and 64 (session 25's one config there) and one change of it at a time."""
-    base = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4, "num_stages": 3,
-            "COMBINE": "grouped", "BLOCK_N2": 128, "BLOCK_K2": 128, "num_warps2": 4, "num_stages2": 2,
-            "ALIGN": "sort", "PDL": 0}
     changes = ({}, {"SPLIT_K": 1}, {"SPLIT_K": 4}, {"BLOCK_N": 32}, {"BLOCK_N": 32, "SPLIT_K": 4},
                {"BLOCK_K": 256}, {"num_stages": 4}, {"num_warps": 8}, {"BLOCK_N2": 64, "BLOCK_K2": 256})
     out = []
     for m in (16, 64):
         # at M = 64 the shared expert's 64 rows fill wider tiles: its weights read once, not once per 16 rows
         wider = ({"BLOCK_M": 32}, {"BLOCK_M": 64}) if m == 64 else ()
-        configs = [complete(GROUPED, {**base, **c}, "moe_experts_shared", m) for c in changes + wider]
+        configs = [complete(GROUPED, {**GROUPED_INCUMBENT, **c}, "moe_experts_shared", m) for c in changes + wider]
         assert all(configs), "a grouped config outside the file's space or constraints"
         out.append({"file": GROUPED, "slot": "moe_experts_shared", "language": "triton", "batch_sizes": [m],
                     "configs": configs})

@@ -8,7 +8,7 @@ expert's 64 rows are 4 tiles and the fused MoE block lost the decode layer by 9.
   rows, so little should move: a control for what "tiles" costs where it does not help).
 bench/plans/s27_h100.json is that alone (resumed from h100-s26). bench/plans/s27_h200.json puts it before everything
 of s26_h200.json (resumed from s25, the table of record), which no H200 has run: a call that runs out of time
-cancels the tail, and this part is 16 runs. Run from the repo root.
+cancels the tail, and this part is 14 runs. Run from the repo root.
 """
 
 import json
@@ -17,15 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from plans.plan_lib import DEPLOYMENT, GROUPED, check, complete  # noqa: E402
-
-INCUMBENT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4, "num_stages": 3,
-             "COMBINE": "grouped", "BLOCK_N2": 128, "BLOCK_K2": 128, "num_warps2": 4, "num_stages2": 2,
-             "ALIGN": "sort", "PDL": 0}  # moe_experts' 9-64 winner on both cards, and moe_experts_shared's on the H200
-
+from plans.plan_lib import DEPLOYMENT, GROUPED, GROUPED_INCUMBENT, check, complete  # noqa: E402
 
 def configs(shape: str, changes: list[dict]) -> list[dict]:
-    out = [complete(GROUPED, {**INCUMBENT, **c}, shape, 64) for c in changes]
+    out = [complete(GROUPED, {**GROUPED_INCUMBENT, **c}, shape, 64) for c in changes]
     assert all(out), "a grouped config outside the file's space or constraints"
     return out
 

@@ -13,6 +13,11 @@ from kernels.variant_meta import declared_space  # noqa: E402
 from search.space import ConfigSpace  # noqa: E402
 
 GROUPED = "kernels/variants/triton/moe_experts_grouped.py"
+# moe_experts_grouped's config that holds moe_experts' 9-64 buckets on both cards (and moe_experts_shared's on the H200):
+# the base the grouped plans change one parameter of at a time
+GROUPED_INCUMBENT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4, "num_stages": 3,
+                     "COMBINE": "grouped", "BLOCK_N2": 128, "BLOCK_K2": 128, "num_warps2": 4, "num_stages2": 2,
+                     "ALIGN": "sort", "PDL": 0}
 DEPLOYMENT = {"spec": "kimi-k2-like", "tp": 8, "batch_sizes": [1, 2, 4, 16, 64]}
 # shape name -> the shape, as the service derives it for this deployment
 SHAPES = {shape.name: shape for slot in ("shared_expert", "mla_norms_gemm", "moe_experts_shared", "dense_gemm",
