@@ -262,6 +262,7 @@ class SlotOut(BaseModel):
     inputs: list[str]
     weights: list[str]
     outputs: list[str]
+    rationale: str = Field("", description="why the slot exists, where DESIGN.md's catalogue does not list it")
 
 
 class ShapeOut(BaseModel):

@@ -196,6 +196,8 @@ def test_leaderboard_and_winners(client: TestClient, run_result: Result) -> None
 def test_catalogue(client: TestClient) -> None:
     slots = {s["name"]: s for s in client.get("/v1/slots").json()}
     assert "dense_gemm" in slots and slots["dense_gemm"]["description"]
+    # slots beyond DESIGN.md's catalogue say why they exist; DESIGN.md's own do not need to
+    assert slots["moe_experts_shared"]["rationale"] and slots["dense_gemm"]["rationale"] == ""
     shapes = client.get("/v1/slots/dense_gemm", params={"model": "kimi-k2-like", "tp": 8}).json()
     assert {s["name"]: (s["dims"]["N"], s["dims"]["K"]) for s in shapes["shapes"]} == {
         "fused_qkv_a": (2112, 7168), "q_b_proj": (1536, 1536), "o_proj": (7168, 1024), "lm_head": (20480, 7168)}

@@ -161,6 +161,8 @@ class Slot(ABC):
     # False when the stock baseline syncs with the host (e.g. a loop over the routed experts): the CUDA
     # timer then times it eagerly instead of in a graph (a variant must always capture).
     stock_capturable: bool = True
+    # Why the slot exists, for those DESIGN.md's catalogue does not list (docs/slots.md prints it).
+    rationale: str = ""
 
     @abstractmethod
     def shapes(self, deployment: Deployment) -> list[Shape]:
@@ -213,7 +215,8 @@ class Slot(ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "inputs": list(self.input_names),
-                "weights": list(self.weight_names), "outputs": list(self.output_names)}
+                "weights": list(self.weight_names), "outputs": list(self.output_names),
+                "rationale": self.rationale}
 
 
 # --- helpers shared by several slots -------------------------------------------------------------

@@ -25,6 +25,9 @@ class MlaNormsGemm(RmsNormGemm):
     name = "mla_norms_gemm"
     description = ("out[M,N] = (rmsnorm(x[M,K]) * norm_weight[K]) @ w[N,K]^T and kv_out[M,KV] = rmsnorm(kv[M,KV]) * "
                    "kv_norm_weight[KV] (q_a_layernorm + q_b_proj + kv_a_layernorm); bf16 in and out, fp32 maths")
+    rationale = ("stock vLLM runs kv_a_layernorm as its own step, 2.9-5 us of a tuned attention block's ~25 "
+                 "(bench/results/2026-12-06-h100-attn-block-chain-zw-*.json); both latent norms read only "
+                 "fused_qkv_a's output, so q_b_proj's launch can run both")
     input_names = ("x", "norm_weight", "w", "kv", "kv_norm_weight")
     weight_names = ("norm_weight", "w", "kv_norm_weight")
     output_names = ("out", "kv_out")

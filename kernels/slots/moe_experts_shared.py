@@ -29,6 +29,9 @@ class MoeExpertsShared(MoeExperts):
     description = ("moe_experts with the S shared experts as experts E-S..E-1 of weight 1 in every row: out[M,K] = "
                    "routed combine + shared MLP in one pass; w13[E,2I,K], w2[E,K,I] bf16, topk_ids[M,top_k] int32 "
                    "(top_k - S distinct routed, then E-S..E-1), topk_weights fp32")
+    rationale = ("the shared expert's two launches and the add are three of the MoE block's seven after the norm; "
+                 "as the routed experts' (E+1)-th expert its bytes ride the same grouped pass (SGLang's "
+                 "shared-experts fusion; bench/results/2026-12-04-h200-summary.md, sessions 25-28)")
 
     def shapes(self, deployment: Deployment) -> list[Shape]:
         s = deployment.model_spec()

@@ -23,6 +23,9 @@ class RmsNormGemm(Slot):
     name = "rmsnorm_gemm"
     description = ("out[M,N] = (rmsnorm(x[M,K]) * norm_weight[K]) @ w[N,K]^T (q_a_layernorm + q_b_proj); "
                    "bf16 in and out, fp32 statistics and accumulate")
+    rationale = ("no single kernel can take q_b_proj (4.7 MB) to its 2.5x target: a plain read of its bytes is 2.13x "
+                 "stock at best on the H200 (bench/results/2026-12-03-h200-latency-floor.md); folding q_a_layernorm "
+                 "into its launch removes a whole step instead")
     input_names = ("x", "norm_weight", "w")
     weight_names = ("norm_weight", "w")
     output_names = ("out",)
