@@ -182,7 +182,7 @@ class Router(Slot):
     def _valid_tie(self, shape: Shape, ids: torch.Tensor, scores: torch.Tensor, choice: torch.Tensor) -> bool:
         """Is ``ids`` the grouped top-k of ``choice`` after moving every score by <= delta?"""
         d = shape.dims
-        e, k, n_group, topk_group = d["E"], d["top_k"], d["n_group"], d["topk_group"]
+        e, n_group, topk_group = d["E"], d["n_group"], d["topk_group"]
         delta = SCORE_DELTA_SIGMOID if d["scoring"] == "sigmoid" else SCORE_DELTA_SOFTMAX_REL * scores.max().item()
         gsize = e // n_group
         chosen = torch.zeros(e, dtype=torch.bool)
