@@ -1,4 +1,4 @@
-"""bench/plans/make_s26.py's and make_s27.py's plans ask only for runs the service takes: each item, planned as
+"""bench/plans/make_s26.py's, make_s27.py's and make_s28.py's plans ask only for runs the service takes: each item, planned as
 POST /v1/jobs plans it (the item's deployment, its shapes, the variant's space read from the file as the service
 reads it), gives one run per config, shape and batch size. The service drops a config that a shape or M does not
 admit without a word, so a plan that lost runs that way would spend a device call on less than it says."""
@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(("session", "card", "runs"), [("s26", "h200", 88), ("s26", "h100", 26), ("s27", "h200", 102),
-                                                       ("s27", "h100", 14)])
+                                                       ("s27", "h100", 14), ("s28", "h200", 170),
+                                                       ("s28", "h100", 69)])
 def test_every_config_of_the_session_plans_is_a_run(session: str, card: str, runs: int) -> None:
     plan = json.loads((REPO / f"bench/plans/{session}_{card}.json").read_text())
     total = 0
@@ -39,7 +40,7 @@ def test_every_config_of_the_session_plans_is_a_run(session: str, card: str, run
     assert total == runs
 
 
-@pytest.mark.parametrize("session", ["s26", "s27"])
+@pytest.mark.parametrize("session", ["s26", "s27", "s28"])
 def test_make_writes_the_plans_in_the_repo(session: str) -> None:
     before = {card: (REPO / f"bench/plans/{session}_{card}.json").read_text() for card in ("h200", "h100")}
     out = subprocess.run([sys.executable, f"bench/plans/make_{session}.py"], cwd=REPO, capture_output=True, text=True,
@@ -47,3 +48,13 @@ def test_make_writes_the_plans_in_the_repo(session: str) -> None:
     assert out.returncode == 0, out.stderr
     after = {card: (REPO / f"bench/plans/{session}_{card}.json").read_text() for card in ("h200", "h100")}
     assert after == before
+
+
+def test_s28_fills_the_untuned_buckets_only() -> None:
+    # make_s28's own part: runs at M = 8 and 32 only (buckets 5-8 and 17-32), a row tile tied to M moved to fit it
+    for card, own in (("h100", None), ("h200", 30)):
+        items = json.loads((REPO / f"bench/plans/s28_{card}.json").read_text())["variants"][:own]
+        assert {m for item in items for m in item["batch_sizes"]} == {8, 32}
+        tiles = {c["BLOCK_M"] for item in items if item["file"].endswith("dense_gemm_splitk.py") and item["batch_sizes"] == [32]
+                 for c in item["configs"]}
+        assert tiles == {32}  # both cards run dense_gemm_splitk.py at M = 32, its 16-row tile moved to 32

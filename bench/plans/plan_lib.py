@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kernels.catalogue import get_slot  # noqa: E402
+from kernels.catalogue import all_slots  # noqa: E402
 from kernels.deployment import Deployment  # noqa: E402
 from kernels.variant_meta import declared_space  # noqa: E402
 from search.space import ConfigSpace  # noqa: E402
@@ -20,9 +20,7 @@ GROUPED_INCUMBENT = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2,
                      "ALIGN": "sort", "PDL": 0}
 DEPLOYMENT = {"spec": "kimi-k2-like", "tp": 8, "batch_sizes": [1, 2, 4, 16, 64]}
 # shape name -> the shape, as the service derives it for this deployment
-SHAPES = {shape.name: shape for slot in ("shared_expert", "mla_norms_gemm", "moe_experts_shared", "dense_gemm",
-                                         "moe_experts")
-          for shape in get_slot(slot).shapes(Deployment(**DEPLOYMENT))}
+SHAPES = {shape.name: shape for slot in all_slots().values() for shape in slot.shapes(Deployment(**DEPLOYMENT))}
 
 
 @functools.cache  # read once per file, not once per config

@@ -1,0 +1,99 @@
+"""Writes session 28's plans: the batch buckets no table has tuned, 5-8 and 17-32.
+
+Every plan so far timed M = 1, 2, 4, 16 and 64, so an exported package serves a batch of 8 or 32 (the
+deployment's default batch sizes include both) with the stock kernel: its dispatch keeps stock outside the
+tuned buckets. For each slot and shape of a card's latest table, the two fastest distinct (file, config) of each
+neighbouring M's passed runs (the table's DB, ranked as the service ranks them) run at M = 8 (from M = 4 and 16) and at M = 32 (from M = 16 and 64), each
+checked here as the service checks it at the new M: a parameter a constraint ties to M (a GEMM's row tile) moves to
+the first value that passes, a config that still fails (a GEMV bound to M <= 4) drops out; the service then
+checks every run at that M and keeps stock where nothing beats it.
+- bench/plans/s28_h100.json from the H100's latest table (h100-s27);
+- bench/plans/s28_h200.json from the H200's table of record (s25), then everything of s27_h200.json, which no H200
+  has run (the tiles at M = 64 first, then session 26's backlog): a call that runs out of time cancels the tail.
+Run from the repo root.
+"""
+
+import json
+import sqlite3
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import results_files  # noqa: E402
+from plans.plan_lib import DEPLOYMENT, SHAPES, check, complete, file_space  # noqa: E402
+
+TABLES = {"h200": Path("bench/results/2026-12-06-h200-decode-tuning-s25.json"),
+          "h100": Path("bench/results/2026-12-07-h100-decode-tuning-h100-s27.json")}
+NEIGHBOURS = {8: (4, 16), 32: (16, 64)}  # the new M -> the timed M either side of it
+TOP = 2  # from each neighbour's leaderboard
+MULTI_SHAPE = {"dense_gemm"}  # slots with several shapes: each item names its shape
+
+
+def language(file: str) -> str:
+    return Path(file).parts[-2]  # kernels/variants/<language>/<file>.py
+
+
+def at_m(file: str, config: dict, shape: str, m: int) -> dict | None:
+    """config as the service would run it at (shape, M), else with one of the parameters that a constraint ties to M
+    moved to its space's first value that passes (a tile of M = 16 rows becomes one of 32 at M = 32); None if none."""
+    cfg = complete(file, config, shape, m)
+    if cfg is not None:
+        return cfg
+    space = file_space(file)
+    base = {k: config.get(k, values[0]) for k, values in space.params.items()}
+    tied = [n for c in space.constraints if "M" in c.names for n in sorted(c.names) if n in space.params]
+    for name in dict.fromkeys(tied):
+        for value in space.params[name]:
+            trial = {**base, name: value}
+            if space.is_valid(trial, SHAPES[shape].as_build_arg(m)):
+                return trial
+    return None
+
+
+def plan_for(table: Path) -> dict:
+    doc = json.loads(table.read_text())
+    files = results_files.variant_files(doc)
+    db = sqlite3.connect(f"file:{table.with_suffix('.sqlite')}?mode=ro&immutable=1", uri=True)
+    # every passed full-fidelity (slot, shape, M, variant, config), fastest first (the incumbent's time base)
+    ranked: dict[tuple[str, str, int], list[tuple[int, str]]] = defaultdict(list)
+    for slot, shape, m, vid, key in db.execute(
+            "SELECT slot, shape_name, m, variant_id, config_key FROM runs WHERE status = 'done' AND verdict = 'passed'"
+            " AND fidelity = 'full' GROUP BY slot, shape_name, m, variant_id, config_key"
+            " ORDER BY slot, shape_name, m, min(ranked_us)"):
+        ranked[slot, shape, m].append((vid, key))
+    # (slot, shape, M, file) -> configs, in the order the neighbours rank them
+    picked: dict[tuple[str, str, int, str], list[dict]] = defaultdict(list)
+    for slot, shape in sorted({(s, n) for s, n, _ in ranked}):
+        for m, sides in NEIGHBOURS.items():
+            seen: set[tuple[str, str]] = set()
+            for side in sides:
+                taken = 0
+                for vid, key in ranked.get((slot, shape, side), []):
+                    if taken == TOP:
+                        break
+                    file = files.get(vid)
+                    cfg = None if file is None else at_m(file, json.loads(key), shape, m)
+                    if cfg is None or (file, json.dumps(cfg, sort_keys=True)) in seen:
+                        continue
+                    seen.add((file, json.dumps(cfg, sort_keys=True)))
+                    taken += 1
+                    picked[slot, shape, m, file].append(cfg)
+    variants = [{"file": file, "slot": slot, "language": language(file),
+                 **({"shapes": [shape]} if slot in MULTI_SHAPE else {}), "batch_sizes": [m], "configs": configs}
+                for (slot, shape, m, file), configs in sorted(picked.items())]
+    return {"deployment": DEPLOYMENT, "variants": variants}
+
+
+if __name__ == "__main__":
+    for card, table in TABLES.items():
+        plan = plan_for(table)
+        if card == "h200":
+            s27 = json.loads(Path("bench/plans/s27_h200.json").read_text())
+            assert s27["deployment"] == plan["deployment"]
+            plan["variants"] += s27["variants"]
+        runs = check(plan)
+        out = Path(f"bench/plans/s28_{card}.json")
+        out.write_text(json.dumps(plan, indent=1) + "\n")
+        print(f"{out}: {runs} runs in {len(plan['variants'])} items")

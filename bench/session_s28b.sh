@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Device call B of session 28 (carry .whl2 and .cutexz), on whichever card comes: the buckets no table has tuned,
+# 5-8 and 17-32, which an exported package serves with the stock kernel (bench/plans/make_s28.py says how the plan
+# picks its configs), then the decode layer at M = 8 and 32, where it has never run.
+# - H100: plan s28_h100.json resumed from h100-s27 in KT_H100_TUNING_S (330 s by default); the whole exported wheel
+#   self-tested (90 s); the layer at M = 8, 32 in what is left of KT_CALL_S (550 s).
+# - H200: plan s28_h200.json (those buckets, then all of s27_h200.json: the tiles at M = 64 and session 26's backlog)
+#   resumed from the table of record (s25) in KT_TUNING_S (400 s by default); the layer at M = 8, 32, 64 in what is left.
+HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
+if [ "$HW" = h200 ]; then
+  export KT_PLAN=bench/plans/s28_h200.json KT_WHAT=decode-tuning-s28 KT_TUNING_S=${KT_TUNING_S:-400} \
+    KT_RESUME_DB=bench/results/2026-12-06-h200-decode-tuning-s25.sqlite KT_MOE_BATCHES=none KT_REQUIRE_HW=h200 \
+    KT_ATTN_BATCHES= KT_SELFTEST_S=0
+  source "$(dirname "$0")/device_lib.sh"
+  bash "$(dirname "$0")/h200_session_x.sh"
+  LEFT=$(( ${KT_CALL_S:-550} - SECONDS ))  # the install before this script takes ~30 s of the call's limit
+  if [ "$LEFT" -ge 60 ]; then layer_after_tuning "$KT_WHAT" 8,32,64 "$LEFT"; else echo "== no time for the layer" >> "$L"; fi
+  grep -E "^== |M= *[0-9]|rror" "$L" | tail -12
+elif [ "$HW" = h100 ]; then
+  export KT_PLAN=bench/plans/s28_h100.json KT_WHAT=decode-tuning-h100-s28 KT_TUNING_S=${KT_H100_TUNING_S:-330} \
+    KT_RESUME_DB=bench/results/2026-12-07-h100-decode-tuning-h100-s27.sqlite
+  source "$(dirname "$0")/device_lib.sh"
+  # an empty slot list: the self-test runs every entry of the wheel
+  tune_then_layer "" 8,32 $(( ${KT_CALL_S:-550} - KT_TUNING_S - 90 )) 90
+else
+  echo "session 28 call B: no plan for this card: $HW"; exit 0
+fi
