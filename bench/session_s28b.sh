@@ -12,10 +12,7 @@ if [ "$HW" = h200 ]; then
     KT_RESUME_DB=bench/results/2026-12-06-h200-decode-tuning-s25.sqlite KT_MOE_BATCHES=none KT_REQUIRE_HW=h200 \
     KT_ATTN_BATCHES= KT_SELFTEST_S=0
   source "$(dirname "$0")/device_lib.sh"
-  bash "$(dirname "$0")/h200_session_x.sh"
-  LEFT=$(( ${KT_CALL_S:-550} - SECONDS ))  # the install before this script takes ~30 s of the call's limit
-  if [ "$LEFT" -ge 60 ]; then layer_after_tuning "$KT_WHAT" 8,32,64 "$LEFT"; else echo "== no time for the layer" >> "$L"; fi
-  grep -E "^== |M= *[0-9]|rror" "$L" | tail -12
+  tune_then_layer_in_call 8,32,64 60
 elif [ "$HW" = h100 ]; then
   export KT_PLAN=bench/plans/s28_h100.json KT_WHAT=decode-tuning-h100-s28 KT_TUNING_S=${KT_H100_TUNING_S:-330} \
     KT_RESUME_DB=bench/results/2026-12-07-h100-decode-tuning-h100-s27.sqlite
