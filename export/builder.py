@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 
 from export import fused_moe_configs as fmc
 from export.collect import Collection, Entry, bucket_lo, collect
+from export.coverage import untuned
 from export.errors import ExportError, ExportRefused, Problem
 from export.record import record_export
 from kernels.deployment import BATCH_BUCKETS
@@ -55,6 +56,8 @@ class ExportResult(BaseModel):
     stock_entries: int
     partial: bool
     skipped: list[Problem]
+    # buckets of the default batch sizes with no run at all: served by stock, to be tuned (export/coverage.py)
+    untuned: list[Problem] = []
     fused_moe_files: list[str]
     export_id: int
 
@@ -100,7 +103,8 @@ def export_package(session: Session, *, hardware: str, model: str, out_dir: Path
                         sha256=digest, entries=len(got.entries), partial=bool(got.problems), skipped=skipped)
     return ExportResult(wheel_path=str(target), wheel_filename=target.name, sha256=digest, package=pkg, version=version,
                         hardware=hardware, model=model, entries=len(got.entries), stock_entries=len(got.stock),
-                        partial=bool(got.problems), skipped=got.problems, fused_moe_files=moe_files, export_id=row.id)
+                        partial=bool(got.problems), skipped=got.problems, untuned=untuned(got), fused_moe_files=moe_files,
+                        export_id=row.id)
 
 
 def _refuse_if_needed(got: Collection, *, hardware: str, model: str, allow_partial: bool) -> None:

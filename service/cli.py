@@ -327,6 +327,11 @@ def export_cmd(hardware: str = typer.Option(..., help="hardware class the winner
                   f"{res['stock_entries']} stock)" + (f"; skipped {len(res['skipped'])}" if res["skipped"] else ""))
     for p in res["skipped"]:
         console.print(f"  skipped {p['slot']} {p['shape_key']} {p['bucket']}: {p['reason']}")
+    gaps: dict[str, list[str]] = {}
+    for p in res.get("untuned", []):
+        gaps.setdefault(f"{p['slot']} {p['shape_key']}", []).append(p["bucket"])
+    for shape, buckets in gaps.items():
+        console.print(f"  never timed, runs stock: {shape} buckets {', '.join(buckets)}")
 
 
 # --- the main job on the embedded default ------------------------------------------------------

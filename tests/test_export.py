@@ -174,6 +174,17 @@ def test_export_contents_and_record(db_path: Path, exported: dict[str, Any]) -> 
         assert rows and rows[0].wheel_filename == exported["wheel_filename"] and rows[0].entries == exported["entries"]
 
 
+def test_export_names_the_buckets_never_timed(exported: dict[str, Any]) -> None:
+    # moe_experts was timed at M = 1, 2 and add_rmsnorm at M = 1: every other bucket of the default batch sizes
+    # (1-64) runs stock in the package without a verdict, and the export says so per shape
+    gaps: dict[str, list[str]] = {}
+    for p in exported["untuned"]:
+        gaps.setdefault(p["slot"], []).append(p["bucket"])
+        assert "never timed" in p["reason"]
+    assert gaps["moe_experts"] == ["3-4", "5-8", "9-16", "17-32", "33-64"]
+    assert gaps["add_rmsnorm"] == ["2", "3-4", "5-8", "9-16", "17-32", "33-64"]
+
+
 def z_read(wheel: str, name: str) -> str:
     with zipfile.ZipFile(wheel) as z:
         return z.read(name).decode()
