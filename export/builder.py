@@ -30,7 +30,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from export import fused_moe_configs as fmc
-from export.collect import Collection, Entry, bucket_lo, collect
+from export.collect import Collection, bucket_lo, collect
 from export.coverage import untuned
 from export.errors import ExportError, ExportRefused, Problem
 from export.record import record_export

@@ -13,7 +13,6 @@ under a minimal stand-in package named ``vllm`` that reproduces only CustomOp / 
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -145,7 +144,7 @@ def _py(venv: Path, code: str, cwd: Path, env: dict[str, str] | None = None) -> 
 
 
 def test_export_contents_and_record(db_path: Path, exported: dict[str, Any]) -> None:
-    assert exported["wheel_filename"] == f"kerneltune_ls_tiny_moe_cpu-0.1.0-py3-none-any.whl"
+    assert exported["wheel_filename"] == "kerneltune_ls_tiny_moe_cpu-0.1.0-py3-none-any.whl"
     assert exported["entries"] >= 1, "the harness measured no variant beating stock: nothing to export"
     with zipfile.ZipFile(exported["wheel_path"]) as z:
         names = z.namelist()
