@@ -13,6 +13,8 @@ if [ "$HW" = h200 ]; then
     KT_ATTN_BATCHES= KT_SELFTEST_S=0
   source "$(dirname "$0")/device_lib.sh"
   tune_then_layer_in_call 8,32,64 60
+elif [ "$HW" = h100 ] && ls bench/results/*-h100-decode-tuning-h100-s28.json > /dev/null 2>&1; then
+  echo "session 28 call B: its H100 part has run (table h100-s28 is here): nothing to do on this card"; exit 0
 elif [ "$HW" = h100 ]; then
   export KT_PLAN=bench/plans/s28_h100.json KT_WHAT=decode-tuning-h100-s28 KT_TUNING_S=${KT_H100_TUNING_S:-330} \
     KT_RESUME_DB=bench/results/2026-12-07-h100-decode-tuning-h100-s27.sqlite
