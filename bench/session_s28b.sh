@@ -2,7 +2,8 @@
 # Device call B of session 28 (carry .whl2 and .cutexz), on whichever card comes: the buckets no table has tuned,
 # 5-8 and 17-32, which an exported package serves with the stock kernel (bench/plans/make_s28.py says how the plan
 # picks its configs), then the decode layer at M = 8 and 32, where it has never run.
-# - H100: plan s28_h100.json resumed from h100-s27 in KT_H100_TUNING_S (330 s by default); the whole exported wheel
+# - H100 (it ran in session 28: a call that carries table h100-s28's JSON does nothing there): plan s28_h100.json
+#   resumed from h100-s27 in KT_H100_TUNING_S (330 s by default); the whole exported wheel
 #   self-tested (90 s); the layer at M = 8, 32 in what is left of KT_CALL_S (550 s).
 # - H200: plan s28_h200.json (those buckets, then all of s27_h200.json: the tiles at M = 64 and session 26's backlog)
 #   resumed from the table of record (s25) in KT_TUNING_S (400 s by default); the layer at M = 8, 32, 64 in what is left.
