@@ -9,7 +9,8 @@ the first value that passes, a config that still fails (a GEMV bound to M <= 4) 
 checks every run at that M and keeps stock where nothing beats it.
 - bench/plans/s28_h100.json from the H100's latest table (h100-s27);
 - bench/plans/s28_h200.json from the H200's table of record (s25), then everything of s27_h200.json, which no H200
-  has run (the tiles at M = 64 first, then session 26's backlog): a call that runs out of time cancels the tail.
+  has run (the tiles at M = 64 first, then session 26's backlog): a call that runs out of time cancels the tail;
+  bench/plans/s28_h200_buckets.json is its first part alone, for bench/compiler_report.py --plan.
 Run from the repo root.
 """
 
@@ -90,6 +91,10 @@ if __name__ == "__main__":
     for card, table in TABLES.items():
         plan = plan_for(table)
         if card == "h200":
+            # the buckets alone: what bench/compiler_report.py --plan pre-flights (the rest ran through it before)
+            alone = Path("bench/plans/s28_h200_buckets.json")
+            alone.write_text(json.dumps(plan, indent=1) + "\n")
+            print(f"{alone}: {check(plan)} runs in {len(plan['variants'])} items")
             s27 = json.loads(Path("bench/plans/s27_h200.json").read_text())
             assert s27["deployment"] == plan["deployment"]
             plan["variants"] += s27["variants"]
