@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import results_files  # noqa: E402
-from plans.plan_lib import DEPLOYMENT, SHAPES, check, complete, file_space  # noqa: E402
+from plans.plan_lib import DEPLOYMENT, check, file_space, filled, runs_at  # noqa: E402
 
 TABLES = {"h200": Path("bench/results/2026-12-06-h200-decode-tuning-s25.json"),
           "h100": Path("bench/results/2026-12-07-h100-decode-tuning-h100-s27.json")}
@@ -39,16 +39,15 @@ def language(file: str) -> str:
 def at_m(file: str, config: dict, shape: str, m: int) -> dict | None:
     """config as the service would run it at (shape, M), else with one of the parameters that a constraint ties to M
     moved to its space's first value that passes (a tile of M = 16 rows becomes one of 32 at M = 32); None if none."""
-    cfg = complete(file, config, shape, m)
-    if cfg is not None:
+    cfg = filled(file, config)
+    if runs_at(file, cfg, shape, m):
         return cfg
     space = file_space(file)
-    base = {k: config.get(k, values[0]) for k, values in space.params.items()}
     tied = [n for c in space.constraints if "M" in c.names for n in sorted(c.names) if n in space.params]
     for name in dict.fromkeys(tied):
         for value in space.params[name]:
-            trial = {**base, name: value}
-            if space.is_valid(trial, SHAPES[shape].as_build_arg(m)):
+            trial = {**cfg, name: value}
+            if runs_at(file, trial, shape, m):
                 return trial
     return None
 
@@ -76,9 +75,10 @@ def plan_for(table: Path) -> dict:
                         break
                     file = files.get(vid)
                     cfg = None if file is None else at_m(file, json.loads(key), shape, m)
-                    if cfg is None or (file, json.dumps(cfg, sort_keys=True)) in seen:
+                    ident = (file, json.dumps(cfg, sort_keys=True))
+                    if cfg is None or ident in seen:
                         continue
-                    seen.add((file, json.dumps(cfg, sort_keys=True)))
+                    seen.add(ident)
                     taken += 1
                     picked[slot, shape, m, file].append(cfg)
     variants = [{"file": file, "slot": slot, "language": language(file),

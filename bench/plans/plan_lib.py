@@ -30,13 +30,21 @@ def file_space(file: str) -> ConfigSpace:
     return ConfigSpace.parse(declared_space(Path(file).read_text()))
 
 
-def complete(file: str, config: dict, shape: str, m: int) -> dict | None:
+def filled(file: str, config: dict) -> dict:
     """config with its space's first value for the params it predates (the kernel it ran before they existed:
-    the ring's KSPLIT 1 and ROTATE 0), in CONFIG_SPACE order; None where the service would not run it at
-    (shape, M): a value outside the space or a constraint unmet."""
-    space = file_space(file)
-    cfg = {k: config.get(k, values[0]) for k, values in space.params.items()}
-    return cfg if space.is_valid(cfg, SHAPES[shape].as_build_arg(m)) else None
+    the ring's KSPLIT 1 and ROTATE 0), in CONFIG_SPACE order."""
+    return {k: config.get(k, values[0]) for k, values in file_space(file).params.items()}
+
+
+def runs_at(file: str, cfg: dict, shape: str, m: int) -> bool:
+    """Whether the service would run this full config at (shape, M): every value in the space, every constraint met."""
+    return file_space(file).is_valid(cfg, SHAPES[shape].as_build_arg(m))
+
+
+def complete(file: str, config: dict, shape: str, m: int) -> dict | None:
+    """filled(file, config), or None where the service would not run it at (shape, M)."""
+    cfg = filled(file, config)
+    return cfg if runs_at(file, cfg, shape, m) else None
 
 
 def check(plan: dict) -> int:
