@@ -57,11 +57,12 @@ tune_then_layer() {
   layer_after_tuning "$KT_WHAT" "$2" "$3"
   grep -E "^== |M= *[0-9]|rror" "$L" | tail -20
 }
-# tune_then_layer_in_call BATCHES MIN_S: the H200 form of a call (sessions 26-28): bench/h200_session_x.sh with what the
-# caller exported, then the decode layer at BATCHES in what is left of the call (KT_CALL_S: the command's 600 s less the
-# install, 550 by default) if that is at least MIN_S; then the log's summary lines.
+# tune_then_layer_in_call BATCHES MIN_S: the H200 form of a call (sessions 26-28): bench/h200_session_x.sh with the
+# KT_PLAN, KT_WHAT, KT_TUNING_S and KT_RESUME_DB the caller exported, on the card the caller found ($HW), with no MoE or
+# attention block and no self-test; then the decode layer at BATCHES in what is left of the call (KT_CALL_S: the
+# command's 600 s less the install, 550 by default) if that is at least MIN_S; then the log's summary lines.
 tune_then_layer_in_call() {
-  bash "$(dirname "${BASH_SOURCE[0]}")/h200_session_x.sh"
+  KT_REQUIRE_HW=$HW KT_MOE_BATCHES=none KT_ATTN_BATCHES= KT_SELFTEST_S=0 bash "$(dirname "${BASH_SOURCE[0]}")/h200_session_x.sh"
   local left=$(( ${KT_CALL_S:-550} - SECONDS ))  # the install before the script takes ~30 s of the call's limit
   if [ "$left" -ge "$2" ]; then layer_after_tuning "$KT_WHAT" "$1" "$left"; else echo "== no time for the layer" >> "$L"; fi
   grep -E "^== |M= *[0-9]|rror" "$L" | tail -12

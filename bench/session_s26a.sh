@@ -11,15 +11,10 @@
 HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
 if [ "$HW" = h200 ]; then
   export KT_PLAN=bench/plans/s26_h200.json KT_WHAT=decode-tuning-s26 KT_TUNING_S=${KT_TUNING_S:-460} \
-    KT_RESUME_DB=bench/results/2026-12-06-h200-decode-tuning-s25.sqlite KT_MOE_BATCHES=none KT_REQUIRE_HW=h200 \
-    KT_ATTN_BATCHES= KT_SELFTEST_S=0
+    KT_RESUME_DB=bench/results/2026-12-06-h200-decode-tuning-s25.sqlite
   source "$(dirname "$0")/device_lib.sh"
-  bash "$(dirname "$0")/h200_session_x.sh"
-  # the plan may end well before its deadline: the layer at M = 1, 2, 4 in what is left of the call (KT_CALL_S: its
-  # limit less the install, 550 of 600 s by default)
-  LEFT=$(( ${KT_CALL_S:-550} - SECONDS ))  # the install before this script takes ~30 s of the call's limit
-  if [ "$LEFT" -ge 90 ]; then layer_after_tuning "$KT_WHAT" 1,2,4 "$LEFT"; else echo "== no time for the layer" >> "$L"; fi
-  grep -E "^== |M= *[0-9]|rror" "$L" | tail -12
+  # the plan may end well before its deadline: the layer at M = 1, 2, 4 in what is left of the call
+  tune_then_layer_in_call 1,2,4 90
 elif [ "$HW" = h100 ]; then
   export KT_PLAN=bench/plans/s26_h100.json KT_WHAT=decode-tuning-h100-s26 KT_TUNING_S=${KT_TUNING_S:-300} \
     KT_RESUME_DB=bench/results/2026-12-06-h100-decode-tuning-h100-s25.sqlite

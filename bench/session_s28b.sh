@@ -10,8 +10,7 @@
 HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
 if [ "$HW" = h200 ]; then
   export KT_PLAN=bench/plans/s28_h200.json KT_WHAT=decode-tuning-s28 KT_TUNING_S=${KT_TUNING_S:-400} \
-    KT_RESUME_DB=bench/results/2026-12-06-h200-decode-tuning-s25.sqlite KT_MOE_BATCHES=none KT_REQUIRE_HW=h200 \
-    KT_ATTN_BATCHES= KT_SELFTEST_S=0
+    KT_RESUME_DB=bench/results/2026-12-06-h200-decode-tuning-s25.sqlite
   source "$(dirname "$0")/device_lib.sh"
   tune_then_layer_in_call 8,32,64 60
 elif [ "$HW" = h100 ] && ls bench/results/*-h100-decode-tuning-h100-s28.json > /dev/null 2>&1; then
