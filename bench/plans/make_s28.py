@@ -52,39 +52,58 @@ def at_m(file: str, config: dict, shape: str, m: int) -> dict | None:
     return None
 
 
-def plan_for(table: Path) -> dict:
-    doc = json.loads(table.read_text())
-    files = results_files.variant_files(doc)
+def ranked_runs(table: Path) -> tuple[dict[int, str], dict[tuple[str, str, int], list[tuple[int, str]]]]:
+    """The table's variant files by id, and its DB's passed full-fidelity (variant, config) per (slot, shape, M),
+    fastest first (the incumbent's time base), as the service ranks them."""
+    files = results_files.variant_files(json.loads(table.read_text()))
     db = sqlite3.connect(f"file:{table.with_suffix('.sqlite')}?mode=ro&immutable=1", uri=True)
-    # every passed full-fidelity (slot, shape, M, variant, config), fastest first (the incumbent's time base)
     ranked: dict[tuple[str, str, int], list[tuple[int, str]]] = defaultdict(list)
     for slot, shape, m, vid, key in db.execute(
             "SELECT slot, shape_name, m, variant_id, config_key FROM runs WHERE status = 'done' AND verdict = 'passed'"
             " AND fidelity = 'full' GROUP BY slot, shape_name, m, variant_id, config_key"
             " ORDER BY slot, shape_name, m, min(ranked_us)"):
         ranked[slot, shape, m].append((vid, key))
-    # (slot, shape, M, file) -> configs, in the order the neighbours rank them
-    picked: dict[tuple[str, str, int, str], list[dict]] = defaultdict(list)
-    for slot, shape in sorted({(s, n) for s, n, _ in ranked}):
-        for m, sides in NEIGHBOURS.items():
-            seen: set[tuple[str, str]] = set()
-            for side in sides:
-                taken = 0
-                for vid, key in ranked.get((slot, shape, side), []):
-                    if taken == TOP:
-                        break
-                    file = files.get(vid)
-                    cfg = None if file is None else at_m(file, json.loads(key), shape, m)
-                    ident = (file, json.dumps(cfg, sort_keys=True))
-                    if cfg is None or ident in seen:
-                        continue
-                    seen.add(ident)
-                    taken += 1
-                    picked[slot, shape, m, file].append(cfg)
+    return files, ranked
+
+
+def picks(files: dict[int, str], ranked: dict[tuple[str, str, int], list[tuple[int, str]]], slot: str, shape: str,
+          m: int, sides: tuple[int, ...]) -> list[tuple[str, dict]]:
+    """The TOP fastest distinct (file, config) of each side's leaderboard that the service would run at M (at_m)."""
+    out: list[tuple[str, dict]] = []
+    seen: set[tuple[str, str]] = set()
+    for side in sides:
+        taken = 0
+        for vid, key in ranked.get((slot, shape, side), []):
+            if taken == TOP:
+                break
+            file = files.get(vid)
+            cfg = None if file is None else at_m(file, json.loads(key), shape, m)
+            ident = (file, json.dumps(cfg, sort_keys=True))
+            if cfg is None or ident in seen:
+                continue
+            seen.add(ident)
+            taken += 1
+            out.append((file, cfg))
+    return out
+
+
+def plan_of(picked: dict[tuple[str, str, int, str], list[dict]]) -> dict:
+    """One plan item per (slot, shape, M, file), in sorted order."""
     variants = [{"file": file, "slot": slot, "language": language(file),
                  **({"shapes": [shape]} if slot in MULTI_SHAPE else {}), "batch_sizes": [m], "configs": configs}
                 for (slot, shape, m, file), configs in sorted(picked.items())]
     return {"deployment": DEPLOYMENT, "variants": variants}
+
+
+def plan_for(table: Path) -> dict:
+    files, ranked = ranked_runs(table)
+    # (slot, shape, M, file) -> configs, in the order the neighbours rank them
+    picked: dict[tuple[str, str, int, str], list[dict]] = defaultdict(list)
+    for slot, shape in sorted({(s, n) for s, n, _ in ranked}):
+        for m, sides in NEIGHBOURS.items():
+            for file, cfg in picks(files, ranked, slot, shape, m, sides):
+                picked[slot, shape, m, file].append(cfg)
+    return plan_of(picked)
 
 
 if __name__ == "__main__":
