@@ -1,4 +1,4 @@
-"""bench/plans/make_s26.py's, make_s27.py's and make_s28.py's plans ask only for runs the service takes: each item, planned as
+"""bench/plans/make_s26.py's to make_s29.py's plans ask only for runs the service takes: each item, planned as
 POST /v1/jobs plans it (the item's deployment, its shapes, the variant's space read from the file as the service
 reads it), gives one run per config, shape and batch size. The service drops a config that a shape or M does not
 admit without a word, so a plan that lost runs that way would spend a device call on less than it says."""
@@ -6,6 +6,7 @@ admit without a word, so a plan that lost runs that way would spend a device cal
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 
 from bench.service_tuning import item_deployment
 from kernels.catalogue import get_slot
-from kernels.deployment import Deployment
+from kernels.deployment import Deployment, batch_bucket
 from kernels.variant_meta import declared_space
 from search.space import ConfigSpace
 from service.routers.jobs import _plan
@@ -24,7 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize(("session", "card", "runs"), [("s26", "h200", 88), ("s26", "h100", 26), ("s27", "h200", 102),
                                                        ("s27", "h100", 14), ("s28", "h200", 170),
-                                                       ("s28", "h100", 69)])
+                                                       ("s28", "h100", 69), ("s29", "h200", 195),
+                                                       ("s29", "h100", 19)])
 def test_every_config_of_the_session_plans_is_a_run(session: str, card: str, runs: int) -> None:
     plan = json.loads((REPO / f"bench/plans/{session}_{card}.json").read_text())
     total = 0
@@ -40,7 +42,7 @@ def test_every_config_of_the_session_plans_is_a_run(session: str, card: str, run
     assert total == runs
 
 
-@pytest.mark.parametrize("session", ["s26", "s27", "s28"])
+@pytest.mark.parametrize("session", ["s26", "s27", "s28", "s29"])
 def test_make_writes_the_plans_in_the_repo(session: str) -> None:
     written = sorted((REPO / "bench/plans").glob(f"{session}_*.json"))  # the cards' plans and any part of one
     before = {p.name: p.read_text() for p in written}
@@ -61,3 +63,28 @@ def test_s28_fills_the_untuned_buckets_only() -> None:
         tiles = {c["BLOCK_M"] for item in items if item["file"].endswith("dense_gemm_splitk.py") and item["batch_sizes"] == [32]
                  for c in item["configs"]}
         assert tiles == {32}  # both cards run dense_gemm_splitk.py at M = 32, its 16-row tile moved to 32
+
+
+@pytest.mark.parametrize(("card", "table"), [("h200", "2026-12-06-h200-decode-tuning-s25"),
+                                             ("h100", "2026-12-07-h100-decode-tuning-h100-s28")])
+def test_s29_times_only_buckets_its_table_has_no_verdict_for(card: str, table: str) -> None:
+    part = "s29_h200_gaps" if card == "h200" else "s29_h100"
+    plan = json.loads((REPO / f"bench/plans/{part}.json").read_text())
+    db = sqlite3.connect(f"file:{REPO / 'bench/results' / table}.sqlite?mode=ro&immutable=1", uri=True)
+    verdicts = set(db.execute("SELECT slot, shape_name, batch_bucket FROM winners WHERE hardware = ?", (card,)))
+    planned = set()
+    for item in plan["variants"]:
+        shapes = item.get("shapes") or [s.name for s in get_slot(item["slot"]).shapes(Deployment(**item_deployment(plan, item)))]
+        planned |= {(item["slot"], shape, batch_bucket(m)) for shape in shapes for m in item["batch_sizes"]}
+    assert planned and not planned & verdicts
+    # bucket 2 of the dense GEMMs, which no plan before had timed on either card
+    assert {("dense_gemm", shape, "2") for shape in ("fused_qkv_a", "q_b_proj", "o_proj", "lm_head")} <= planned
+
+
+def test_s29_h200_is_s28_h200_with_the_new_gaps_before_its_backlog() -> None:
+    s28 = json.loads((REPO / "bench/plans/s28_h200.json").read_text())["variants"]
+    s28_gaps = json.loads((REPO / "bench/plans/s28_h200_buckets.json").read_text())["variants"]
+    gaps = json.loads((REPO / "bench/plans/s29_h200_gaps.json").read_text())["variants"]
+    s29 = json.loads((REPO / "bench/plans/s29_h200.json").read_text())["variants"]
+    assert gaps[:len(s28_gaps)] == s28_gaps  # the same picks for 5-8 and 17-32, first
+    assert s29 == gaps + s28[len(s28_gaps):]
