@@ -13,6 +13,7 @@ under a minimal stand-in package named ``vllm`` that reproduces only CustomOp / 
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -267,6 +268,56 @@ def test_installed_wheel_dispatches_and_selftests(installed: Path, exported: dic
     assert len(only) == sum(e["slot"] == slot for e in rep["entries"])
     bad = _run([str(installed), "-I", "-m", f"{pkg}.selftest", "--slot", "no_such_slot"], cwd=tmp_path)
     assert bad.returncode == 2 and "no tuned entries for ['no_such_slot']" in bad.stderr
+
+    # --every-m checks the whole bucket; these buckets are one M each, so it adds nothing here
+    every = _run([str(installed), "-I", "-m", f"{pkg}.selftest", "--json", "--rounds", "2", "--every-m"], cwd=tmp_path)
+    assert every.returncode == 0, every.stdout[-3000:] + every.stderr[-3000:]
+    assert all(e["checked_ms"] == [int(m) for m in e["speedup_vs_stock"]] for e in json.loads(every.stdout)["entries"])
+
+
+# Appended to an exported kernel's module: right at every M but 3, where it leaves its last output row at zero (a
+# masking bug of the kind a tile bound gives).
+WRONG_AT_3 = """
+
+_right_build = build
+
+
+def build(config, shape, *args, **kwargs):
+    fn = _right_build(config, shape, *args, **kwargs)
+    if shape["M"] != 3:
+        return fn
+
+    def wrong(**kw):
+        fn(**kw)
+        kw["out"][-1].zero_()
+    return wrong
+"""
+
+
+def test_every_m_catches_a_kernel_wrong_at_an_m_its_bucket_serves_but_no_run_measured(
+        installed: Path, exported: dict[str, Any], tmp_path: Path) -> None:
+    # A copy of the installed package whose add_rmsnorm entry serves bucket 3-4 from a run at M = 4, with a kernel wrong
+    # at M = 3: dispatch would run it there; the plain self-test (the measured M) passes it, --every-m fails it.
+    pkg = exported["package"]
+    site = tmp_path / "site"
+    shutil.copytree(next(installed.parents[1].glob(f"lib/python3*/site-packages/{pkg}")), site / pkg)
+    table = json.loads((site / pkg / "dispatch.json").read_text())
+    shapes = table["slots"]["add_rmsnorm"]
+    key = next(iter(shapes))
+    entry = shapes[key]["buckets"].pop("1")
+    shapes[key]["buckets"]["3-4"] = {**entry, "ms": [4]}
+    (site / pkg / "dispatch.json").write_text(json.dumps(table))
+    module = site / pkg / "kernels" / f"{entry['module']}.py"
+    module.write_text(module.read_text() + WRONG_AT_3)
+    run = f"import sys; sys.path.insert(0, {str(site)!r}); from {pkg} import selftest; sys.exit(selftest.main(sys.argv[1:]))"
+    args = ["--json", "--rounds", "2", "--slot", "add_rmsnorm"]
+    plain = _run([str(installed), "-I", "-c", run, *args], cwd=tmp_path)
+    assert plain.returncode == 0, plain.stdout[-3000:] + plain.stderr[-3000:]
+    assert [e["checked_ms"] for e in json.loads(plain.stdout)["entries"]] == [[4]]
+    every = _run([str(installed), "-I", "-c", run, *args, "--every-m"], cwd=tmp_path)
+    assert every.returncode == 1, every.stdout[-3000:] + every.stderr[-3000:]
+    (got,) = json.loads(every.stdout)["entries"]
+    assert got["status"] == "fail" and got["detail"].startswith("M=3 ") and got["checked_ms"] == [], got
 
 
 STANDIN = {

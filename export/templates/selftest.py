@@ -5,6 +5,10 @@ printed), outputs poisoned with NaN before the call, the result compared with a 
 reference (rel-L2 bound by dtype, no NaN/Inf); two trials on different inputs. Then the kernel and
 the stock fallback are timed, interleaved, and the median speedup reported. Entries whose language
 needs a GPU are skipped on a CPU-only machine. Exit status 1 when any entry fails.
+
+``--every-m`` checks each entry at every batch size its bucket serves as well (dispatch runs the kernel a bucket's
+measured M won at every M of that bucket: M = 5-7 with the kernel of M = 8), untimed: the evidence covers the measured
+M only, and a kernel's masking can be right at M = 8 and wrong at M = 7.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class EntryReport:
     seeds: list[int] = field(default_factory=list)
     rel_l2: float | None = None
     speedup_vs_stock: dict[str, float] = field(default_factory=dict)  # by M
+    checked_ms: list[int] = field(default_factory=list)  # the M the entry passed at (timed or, with --every-m, not)
     chained: str | None = None  # "pass" when the chained build (dispatch's pdl=1) was checked too
 
 
@@ -107,7 +112,13 @@ def speedup(kernel: Any, stock: Any, inputs: dict[str, torch.Tensor], outputs: d
     return statistics.median(ratios)
 
 
-def check_entry(entry: dict[str, Any], device: torch.device, rounds: int) -> EntryReport:
+def bucket_ms(bucket: str) -> list[int]:
+    """Every M a bucket name ("5-8", "2") covers."""
+    lo, _, hi = bucket.partition("-")
+    return list(range(int(lo), int(hi or lo) + 1))
+
+
+def check_entry(entry: dict[str, Any], device: torch.device, rounds: int, every_m: bool = False) -> EntryReport:
     rep = EntryReport(entry["slot"], entry["shape_key"], entry["bucket"], entry["module"], entry["language"], "pass")
     if entry["language"] in dsp.GPU_LANGUAGES and device.type != "cuda":
         rep.status = f"skipped: needs {entry['language']} on a GPU"
@@ -119,7 +130,8 @@ def check_entry(entry: dict[str, Any], device: torch.device, rounds: int) -> Ent
     # the chained build (dispatch's pdl=1) is checked as well where this machine can chain it
     chain = device.type == "cuda" and dsp.can_chain(module)
     worst = 0.0
-    for m in entry["ms"]:
+    timed = set(entry["ms"])
+    for m in sorted(timed | set(bucket_ms(entry["bucket"]) if every_m else ())):
         try:
             kernel = module.build(dict(entry["config"]), dsp.build_arg(entry["slot"], entry["shape_key"], m))
         except Exception as exc:  # a build failure on this machine is this entry's failure, not the run's
@@ -151,6 +163,9 @@ def check_entry(entry: dict[str, Any], device: torch.device, rounds: int) -> Ent
                 rep.status, rep.detail = "fail", failure
                 return rep
             rep.chained = "pass"
+        rep.checked_ms.append(m)
+        if m not in timed:
+            continue
         stock = sem.stock(dsp.build_arg(entry["slot"], entry["shape_key"], m))
         rep.speedup_vs_stock[str(m)] = round(speedup(kernel, stock, inputs, outputs, device, rounds), 3)
     rep.rel_l2 = worst
@@ -177,15 +192,16 @@ def _trial(kernel: Any, what: str, sem: Any, dims: dict[str, Any], dtype: torch.
 
 
 def run(rounds: int = 20, on_report: Callable[[EntryReport], None] | None = None,
-        slots: list[str] | None = None) -> list[EntryReport]:
-    """Check every tuned entry (of ``slots`` only, when given); ``on_report`` sees each report as it is made
-    (a long self-test cut short by a time limit still shows the entries it finished)."""
+        slots: list[str] | None = None, every_m: bool = False) -> list[EntryReport]:
+    """Check every tuned entry (of ``slots`` only, when given; at every M of its bucket with ``every_m``);
+    ``on_report`` sees each report as it is made (a long self-test cut short by a time limit still shows the
+    entries it finished)."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     reports = []
     for entry in dsp.tuned_entries():
         if slots and entry["slot"] not in slots:
             continue
-        reports.append(check_entry(entry, device, rounds))
+        reports.append(check_entry(entry, device, rounds, every_m))
         if on_report is not None:
             on_report(reports[-1])
     return reports
@@ -193,10 +209,12 @@ def run(rounds: int = 20, on_report: Callable[[EntryReport], None] | None = None
 
 def _line(r: EntryReport) -> str:
     speed = ", ".join(f"M={m}: x{s}" for m, s in r.speedup_vs_stock.items())
+    untimed = [m for m in r.checked_ms if str(m) not in r.speedup_vs_stock]
     return (f"{r.status.split(':')[0].upper():7} {r.slot} {r.shape_key} bucket {r.bucket} {r.module} "
             f"[{r.language}] {r.status if r.status.startswith('skipped') else r.detail} "
             f"{'rel_l2=%.2e ' % r.rel_l2 if r.rel_l2 is not None else ''}{speed}"
-            f"{' chained: ' + r.chained if r.chained else ''}").rstrip()
+            f"{' chained: ' + r.chained if r.chained else ''}"
+            f"{' also checked at M=' + ','.join(map(str, untimed)) if untimed else ''}").rstrip()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     # The MoE entries time a slow stock path: re-checking the slots a new table changed takes a fraction.
     ap.add_argument("--slot", action="append", dest="slots", metavar="SLOT",
                     help="check this slot's entries only (repeatable; default: every slot)")
+    ap.add_argument("--every-m", action="store_true",
+                    help="also check every other batch size each entry's bucket serves (untimed)")
     args = ap.parse_args(argv)
     known = {e["slot"] for e in dsp.tuned_entries()}
     unknown = sorted(set(args.slots or ()) - known)
@@ -213,14 +233,15 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"no tuned entries for {unknown}; this package has {sorted(known)}")
     mismatch = dsp.hardware_mismatch()
     if args.json:
-        reports = run(args.rounds, slots=args.slots)
+        reports = run(args.rounds, slots=args.slots, every_m=args.every_m)
         failed = [r for r in reports if r.status == "fail"]
         print(json.dumps({"hardware": dsp.local_hardware(), "hardware_mismatch": mismatch,
                           "entries": [asdict(r) for r in reports], "failed": len(failed)}, indent=1))
     else:
         if mismatch:
             print(f"note: {mismatch}; dispatch() will use the stock kernels here", flush=True)
-        reports = run(args.rounds, on_report=lambda r: print(_line(r), flush=True), slots=args.slots)
+        reports = run(args.rounds, on_report=lambda r: print(_line(r), flush=True), slots=args.slots,
+                      every_m=args.every_m)
         failed = [r for r in reports if r.status == "fail"]
         print(f"{len(reports) - len(failed)} of {len(reports)} entries passed or skipped; {len(failed)} failed")
     return 1 if failed or not reports else 0
