@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Device call B of session 29 (carry .whl2 and .cutexz): the exported package of the card's latest table (as carried in
+# bench/results/: s29, else s28) self-tested at EVERY batch size each entry's bucket serves (selftest --every-m), not only
+# at the M its runs measured: dispatch runs a bucket's winner at all of the bucket's M (the M = 8 winner at M = 5-7),
+# and nothing had checked those. Untimed at the extra M; the measured M are timed as in any self-test (3 rounds).
+# KT_SELFTEST_S (480 by default) bounds it; each entry prints as it finishes, so a cut run still shows what it checked.
+first_of() { local f; for f in "$@"; do [ -e "$f" ] && { echo "$f"; return; }; done; }  # an unmatched glob stays as typed
+HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
+if [ "$HW" = h200 ]; then
+  W=$(first_of bench/results/*-h200-decode-tuning-s29.json bench/results/*-h200-decode-tuning-s28.json \
+      bench/results/*-h200-decode-tuning-s25.json)
+elif [ "$HW" = h100 ]; then
+  W=$(first_of bench/results/*-h100-decode-tuning-h100-s29.json bench/results/*-h100-decode-tuning-h100-s28.json)
+else
+  echo "session 29 call B: no plan for this card: $HW"; exit 0
+fi
+source "$(dirname "$0")/device_lib.sh"
+export KT_LOG_FORMAT=plain
+[ -n "$W" ] || { echo "== no table for $HW" >> "$L"; cat "$L"; exit 3; }
+echo "== table $W" >> "$L"
+use_plan bench/plans/s26_h200.json  # only for KT_SELFTEST_PATH (CuTe DSL on the self-test's path)
+# the export of the table as it stands: a plan of no runs, resumed from the table's DB
+python3 -c "import json; json.dump({'deployment': json.load(open('$PLAN'))['deployment'], 'variants': []}, open('/tmp/no_runs.json', 'w'))"
+run timeout 120 python3 bench/service_tuning.py --plan /tmp/no_runs.json --hardware "$HW" --what export-s29b \
+    --workers 1 --export --budget-s 30 --resume-db "${W%.json}.sqlite" --data-dir /tmp/kt-service-s29b --out /tmp/s29b-export
+KT_WHEEL_DIR=/tmp/s29b-export KT_SELFTEST_S=${KT_SELFTEST_S:-480} KT_SELFTEST_ARGS=${KT_SELFTEST_ARGS:-"--every-m --rounds 3"} \
+  selftest_exported
+grep -cE "^PASS" "$OUT/selftest.txt"; grep -E "^FAIL|entries passed" "$OUT/selftest.txt"; tail -3 "$L"
