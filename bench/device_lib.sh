@@ -3,7 +3,7 @@
 # dropped: the device returns at most 8 files, the .md is rebuilt here by bench/render_tables.py)
 # use_plan (set PLAN for bench/service_tuning.py) and selftest_exported (install each exported wheel apart
 # from kerneltune and run its self-test; KT_SELFTEST_ARGS, e.g. "--slot dense_gemm", narrows it; KT_WHEEL_DIR
-# takes the wheels from there instead of $OUT).
+# takes the wheels from there instead of $OUT; KT_SELFTEST_TXT names its output under $OUT, selftest.txt by default).
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PYTHONUNBUFFERED=1 KT_DATA_DIR=/tmp/kt
@@ -22,7 +22,7 @@ selftest_exported() {
     run python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/exported "$whl"
     # from /tmp with only the wheel on the path (and KT_SELFTEST_PATH: CuTe DSL where a winner is a CuTe
     # kernel, exported as source): the package must run without kerneltune
-    (cd /tmp && PYTHONPATH=/tmp/exported${KT_SELFTEST_PATH:+:$KT_SELFTEST_PATH} timeout "${KT_SELFTEST_S:-240}" python3 -m "$pkg.selftest" ${KT_SELFTEST_ARGS:-}) > "$OUT/selftest.txt" 2>&1
+    (cd /tmp && PYTHONPATH=/tmp/exported${KT_SELFTEST_PATH:+:$KT_SELFTEST_PATH} timeout "${KT_SELFTEST_S:-240}" python3 -m "$pkg.selftest" ${KT_SELFTEST_ARGS:-}) > "$OUT/${KT_SELFTEST_TXT:-selftest.txt}" 2>&1
     echo "== selftest exit $? $(date +%T)" >> "$L"
   done
 }
