@@ -26,6 +26,31 @@ selftest_exported() {
     echo "== selftest exit $? $(date +%T)" >> "$L"
   done
 }
+# selftest_every_m WHEEL_DIR TOTAL_S: the wheel in WHEEL_DIR self-tested at every M each entry's bucket serves
+# (selftest --every-m; untimed there, the measured M timed in 3 rounds), in three parts with their own share of TOTAL_S
+# and their own $OUT/selftest-every-m-PART.txt: the slots whose kernels tie a tile to M first, the MoE (slow stock,
+# large inputs) last, so that a part that runs out of time leaves the others checked. A part asks only for the slots
+# the wheel has tuned entries of (the self-test refuses a slot it has none of).
+selftest_every_m() {
+  local dir=$1 total=$2
+  _every_m_part "$dir" dense $(( total * 50 / 100 )) dense_gemm rmsnorm_gemm mla_norms_gemm oproj_residual_norm
+  _every_m_part "$dir" small $(( total * 22 / 100 )) add_rmsnorm router shared_expert
+  _every_m_part "$dir" moe $(( total * 28 / 100 )) moe_experts moe_experts_shared
+  local f
+  for f in "$OUT"/selftest-every-m-*.txt; do
+    [ -e "$f" ] && echo "== $f: $(grep -c '^PASS' "$f") PASS; $(grep -E 'entries passed' "$f")" >> "$L"
+  done
+}
+_every_m_part() {  # WHEEL_DIR NAME SECONDS SLOTS...
+  local dir=$1 name=$2 secs=$3 whl have
+  shift 3
+  whl=$(ls "$dir"/*.whl | head -n1)
+  have=$(python3 -c "import json, sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); t = json.loads(z.read(next(n for n in z.namelist() if n.endswith('/dispatch.json')))); print(' '.join(s for s in sys.argv[2:] if any(not b.get('stock') for sh in t['slots'].get(s, {}).values() for b in sh['buckets'].values())))" "$whl" "$@")
+  [ -n "$have" ] || { echo "== every-M part $name: no tuned entries of $*" >> "$L"; return; }
+  # shellcheck disable=SC2086  # one --slot per word
+  KT_WHEEL_DIR=$dir KT_SELFTEST_S=$secs KT_SELFTEST_TXT=selftest-every-m-$name.txt \
+    KT_SELFTEST_ARGS="$(printf -- '--slot %s ' $have)--every-m --rounds 3" selftest_exported
+}
 # use_plan FILE: PLAN=FILE when CuTe DSL imports here (and the exported wheel's self-test gets its path),
 # else PLAN is a copy of FILE without its CuTe variants.
 use_plan() {

@@ -7,7 +7,8 @@
 first_of() { local f; for f in "$@"; do [ -e "$f" ] && { echo "$f"; return; }; done; }  # an unmatched glob stays as typed
 HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
 if [ "$HW" = h200 ]; then
-  W=$(first_of bench/results/*-h200-decode-tuning-s29.json bench/results/*-h200-decode-tuning-s28.json)
+  W=$(first_of bench/results/*-h200-decode-tuning-s29.json bench/results/*-h200-decode-tuning-s28.json \
+      bench/results/*-h200-decode-tuning-s25.json)
 elif [ "$HW" = h100 ]; then
   W=$(first_of bench/results/*-h100-decode-tuning-h100-s29.json bench/results/*-h100-decode-tuning-h100-s28.json)
 else
@@ -22,16 +23,5 @@ use_plan bench/plans/s26_h200.json  # only for KT_SELFTEST_PATH (CuTe DSL on the
 python3 -c "import json; json.dump({'deployment': json.load(open('$PLAN'))['deployment'], 'variants': []}, open('/tmp/no_runs.json', 'w'))"
 run timeout 120 python3 bench/service_tuning.py --plan /tmp/no_runs.json --hardware "$HW" --what export-s29b \
     --workers 1 --export --budget-s 30 --resume-db "${W%.json}.sqlite" --data-dir /tmp/kt-service-s29b --out /tmp/s29b-export
-# three parts, the slots whose kernels tie a tile to M first, the MoE (slow stock, large inputs) last, each with its
-# own time limit and output, so that one part running out of time leaves the others checked
-part() {  # part NAME SECONDS SLOTS...
-  local name=$1 secs=$2; shift 2
-  KT_WHEEL_DIR=/tmp/s29b-export KT_SELFTEST_S=$secs KT_SELFTEST_TXT=selftest-every-m-$name.txt \
-    KT_SELFTEST_ARGS="${*/#/--slot } --every-m --rounds 3" selftest_exported
-}
-S=${KT_SELFTEST_S:-480}
-part dense $(( S * 50 / 100 )) dense_gemm rmsnorm_gemm mla_norms_gemm oproj_residual_norm
-part small $(( S * 22 / 100 )) add_rmsnorm router shared_expert
-part moe $(( S * 28 / 100 )) moe_experts moe_experts_shared
-for f in "$OUT"/selftest-every-m-*.txt; do echo "== $f: $(grep -c '^PASS' "$f") PASS"; grep -E "^FAIL|entries passed" "$f"; done
-tail -4 "$L"
+selftest_every_m /tmp/s29b-export "${KT_SELFTEST_S:-480}"
+grep -E "^== " "$L" | tail -6
