@@ -189,9 +189,10 @@ def export_winners(client: Client, hardware: str, model: str, out: Path) -> dict
     out.mkdir(parents=True, exist_ok=True)
     client.download(f"/v1/exports/{res['export_id']}/wheel", out / res["wheel_filename"])
     print(f"exported {res['wheel_filename']}: {res['entries']} entries, {res['stock_entries']} stock, "
-          f"{len(res['skipped'])} skipped, {len(res['untuned'])} buckets never timed", flush=True)
+          f"{len(res['skipped'])} skipped, {len(res['untuned'])} buckets never timed, "
+          f"{len(res['unchecked'])} entries serving batch sizes no run checked", flush=True)
     return {k: res[k] for k in ("export_id", "wheel_filename", "sha256", "entries", "stock_entries", "skipped",
-                                "untuned")}
+                                "untuned", "unchecked")}
 
 
 def geomean(xs: list[float]) -> float | None:

@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from export import fused_moe_configs as fmc
 from export.collect import Collection, bucket_lo, collect
-from export.coverage import untuned
+from export.coverage import unchecked, untuned
 from export.errors import ExportError, ExportRefused, Problem
 from export.record import record_export
 from kernels.deployment import BATCH_BUCKETS
@@ -58,6 +58,8 @@ class ExportResult(BaseModel):
     skipped: list[Problem]
     # buckets of the default batch sizes with no run at all: served by stock, to be tuned (export/coverage.py)
     untuned: list[Problem] = []
+    # tuned entries whose bucket holds batch sizes no run checked (export/coverage.py): selftest --every-m checks them
+    unchecked: list[Problem] = []
     fused_moe_files: list[str]
     export_id: int
 
@@ -103,7 +105,8 @@ def export_package(session: Session, *, hardware: str, model: str, out_dir: Path
                         sha256=digest, entries=len(got.entries), partial=bool(got.problems), skipped=skipped)
     return ExportResult(wheel_path=str(target), wheel_filename=target.name, sha256=digest, package=pkg, version=version,
                         hardware=hardware, model=model, entries=len(got.entries), stock_entries=len(got.stock),
-                        partial=bool(got.problems), skipped=got.problems, untuned=untuned(got), fused_moe_files=moe_files,
+                        partial=bool(got.problems), skipped=got.problems, untuned=untuned(got), unchecked=unchecked(got),
+                        fused_moe_files=moe_files,
                         export_id=row.id)
 
 

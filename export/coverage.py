@@ -1,8 +1,12 @@
-"""The batch buckets an export leaves to the stock kernel because nothing was ever measured there.
+"""What an export's evidence does not cover, so that it is seen rather than served silently.
 
-The package's dispatch runs stock outside its tuned buckets, silently and correctly. A bucket that a job timed and
-stock won is a verdict; one that no job ever timed is a gap in the tuning (every bench plan before session 28 timed
-M = 1, 2, 4, 16, 64, so batch 8 and 32 ran stock everywhere). The export names the gaps so that they get tuned.
+- ``untuned``: the batch buckets left to the stock kernel because nothing was ever measured there. The package's
+  dispatch runs stock outside its tuned buckets, silently and correctly. A bucket that a job timed and stock won is a
+  verdict; one that no job ever timed is a gap in the tuning (every bench plan before session 28 timed M = 1, 2, 4,
+  16, 64, so batch 8 and 32 ran stock everywhere). The export names the gaps so that they get tuned.
+- ``unchecked``: the batch sizes a tuned entry serves that no run checked. Dispatch runs a bucket's winner at every M
+  of the bucket (the kernel that won M = 8 at M = 5-7 too); the service checked it at the M its runs measured. The
+  package's ``selftest --every-m`` checks the rest on the machine it is installed on.
 """
 
 from __future__ import annotations
@@ -24,3 +28,32 @@ def untuned(got: Collection, batch_sizes: Iterable[int] = DEFAULT_BATCHES) -> li
     wanted = sorted({batch_bucket(m) for m in batch_sizes}, key=bucket_lo)
     return [Problem(slot=slot, shape_key=key, bucket=b, reason="never timed: the package runs the stock kernel there")
             for (slot, key), have in sorted(seen.items()) for b in wanted if b not in have]
+
+
+def bucket_ms(bucket: str) -> list[int]:
+    """Every M a bucket name ("5-8", "2") covers."""
+    lo, _, hi = bucket.partition("-")
+    return list(range(int(lo), int(hi or lo) + 1))
+
+
+def spans(ms: Iterable[int]) -> str:
+    """[3, 5, 6, 7] -> "3,5-7"."""
+    out: list[list[int]] = []
+    for m in sorted(set(ms)):
+        if out and m == out[-1][1] + 1:
+            out[-1][1] = m
+        else:
+            out.append([m, m])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
+def unchecked(got: Collection) -> list[Problem]:
+    """Per exported entry whose bucket holds M that none of its runs checked: those M."""
+    out = []
+    for e in sorted(got.entries, key=lambda e: (e.slot, e.shape_key, bucket_lo(e.bucket))):
+        missing = sorted(set(bucket_ms(e.bucket)) - set(e.ms))
+        if missing:
+            out.append(Problem(slot=e.slot, shape_key=e.shape_key, bucket=e.bucket,
+                               reason=f"served at M={spans(missing)}, checked at M={spans(e.ms)} only: the package's "
+                                      "selftest --every-m checks the rest"))
+    return out

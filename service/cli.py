@@ -332,6 +332,9 @@ def export_cmd(hardware: str = typer.Option(..., help="hardware class the winner
         gaps.setdefault(f"{p['slot']} {p['shape_key']}", []).append(p["bucket"])
     for shape, buckets in gaps.items():
         console.print(f"  never timed, runs stock: {shape} buckets {', '.join(buckets)}")
+    if res.get("unchecked"):
+        console.print(f"  {len(res['unchecked'])} tuned entries serve batch sizes their runs did not check: "
+                      f"`python -m {res['package']}.selftest --every-m` checks them on the machine it runs on")
 
 
 # --- the main job on the embedded default ------------------------------------------------------
