@@ -195,6 +195,22 @@ def export_winners(client: Client, hardware: str, model: str, out: Path) -> dict
                                 "untuned", "unchecked")}
 
 
+def bucket_checks(client: Client, hardware: str, model: str, budget_s: float) -> dict[str, Any]:
+    """Each winner checked at the M of its bucket no run measured (POST /v1/winners/bucket-checks: short runs through
+    the workers), waited for up to budget_s; a winner that fails one loses its bucket before the table is read."""
+    made = client.post("/v1/winners/bucket-checks", {"hardware": hardware, "model": model})
+    jobs = [{"job_id": j["job"]["id"], "variant_id": j["job"]["variant_id"], "runs": j["runs"]} for j in made["jobs"]]
+    print(f"bucket checks: {made['entries']} winners, {made['runs']} runs in {len(jobs)} jobs", flush=True)
+    watch(client, jobs, deadline=time.monotonic() + budget_s, grace_s=20)
+    verdicts: dict[str, int] = {}
+    for j in jobs:
+        for verdict, n in client.get(f"/v1/jobs/{j['job_id']}")["progress"]["by_verdict"].items():
+            if n:
+                verdicts[verdict] = verdicts.get(verdict, 0) + n
+    print(f"bucket checks: {verdicts}", flush=True)
+    return {"entries": made["entries"], "runs": made["runs"], "jobs": jobs, "by_verdict": verdicts}
+
+
 def geomean(xs: list[float]) -> float | None:
     xs = [x for x in xs if x and x > 0]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
@@ -272,6 +288,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1,
                     help="worker processes on the device: they compile and check side by side, and "
                          "workers/gpu_lock.py keeps their timed phases apart")
+    ap.add_argument("--bucket-checks-s", type=float, default=0,
+                    help="after the plan, check each winner at the M of its bucket no run measured, waiting up to this "
+                         "long (0: no bucket checks)")
     args = ap.parse_args()
 
     plan = json.loads(Path(args.plan).read_text())
@@ -285,6 +304,8 @@ def main() -> None:
     try:
         client = Client(stack.url, token=token_for(data_dir))
         jobs = run_plan(client, plan, args.hardware, deadline=t0 + args.budget_s)
+        checks = (bucket_checks(client, args.hardware, plan["deployment"]["spec"], args.bucket_checks_s)
+                  if args.bucket_checks_s > 0 else None)
         winners = client.get("/v1/winners", hardware=args.hardware)
         variant_files = shipped_variant_files(client.get("/v1/variants", author=SHIPPED_AUTHOR, limit=1000))
         board = client.get("/v1/leaderboard", hardware=args.hardware, per_group=3)
@@ -301,7 +322,7 @@ def main() -> None:
     header = {"what": f"kerneltune service tuning: {args.what}", "date": date,
               "device": (fp.get("fields") or {}).get("name", args.device), "fingerprint": fp,
               "commit": git_commit(REPO), "command": " ".join(sys.argv), "plan": plan, "jobs": jobs,
-              "variant_files": variant_files, "export": export,
+              "variant_files": variant_files, "export": export, "bucket_checks": checks,
               "wall_s": round(time.monotonic() - t0, 1)}
     summary = summarise(winners, board)
     out = Path(args.out)

@@ -309,6 +309,18 @@ def winners(slot: Optional[str] = None, hardware: Optional[str] = None, api: Opt
     console.print(t)
 
 
+@app.command("bucket-checks")
+def bucket_checks_cmd(hardware: str = typer.Option(..., help="hardware class of the winners, e.g. h200"),
+                      model: str = typer.Option("kimi-k2-like"), api: Optional[str] = ApiOpt) -> None:
+    """Check each winner at the batch sizes of its bucket that no run measured (short runs on the workers)."""
+    try:
+        res = _client(api).post("/v1/winners/bucket-checks", {"hardware": hardware, "model": model})
+    except ApiError as exc:
+        _fail(exc)
+    console.print(f"{res['entries']} winners to check: {res['runs']} runs in jobs "
+                  f"{', '.join(str(j['job']['id']) for j in res['jobs']) or '-'} (`kerneltune status JOB` follows one)")
+
+
 @app.command("export")
 def export_cmd(hardware: str = typer.Option(..., help="hardware class the winners were measured on, e.g. h200"),
                model: str = typer.Option("kimi-k2-like"), allow_partial: bool = False, version: str = "0.1.0",

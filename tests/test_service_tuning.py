@@ -56,7 +56,7 @@ def test_plan_searches_and_resumes_from_an_earlier_db(tmp_path: Path) -> None:
     second = tune(tmp_path, "second", {"deployment": deployment, "variants": [
         {"file": str(moe), "slot": "moe_experts", "language": "torch", "batch_sizes": [4],
          "search": {"strategy": "transfer", "budget": {"max_evals": 2}, "batch_size": 1}}]},
-        "--resume-db", str(next((tmp_path / "out").glob("*-cpu-first.sqlite"))))
+        "--resume-db", str(next((tmp_path / "out").glob("*-cpu-first.sqlite"))), "--bucket-checks-s", "300")
     [job] = second["jobs"]
     parent_id = done["variant_id"]
     assert job["variant_id"] != parent_id  # the edited source is a new variant...
@@ -73,6 +73,17 @@ def test_plan_searches_and_resumes_from_an_earlier_db(tmp_path: Path) -> None:
     # the resumed DB keeps the first session's run, and the table has both buckets
     assert any(j == done["job_id"] and m == 1 for j, m, _ in rows)
     assert set(second["summary"]["moe_experts/moe_experts"]["buckets"]) == {"1", "3-4"}
+    # the bucket checks: a tuned 3-4 winner (measured at M = 4) checked at M = 3 by a short run, which passed (the
+    # same kernel) and did not take the bucket; a stock 3-4 winner needs none
+    checks = second["bucket_checks"]
+    tuned_34 = second["summary"]["moe_experts/moe_experts"]["buckets"]["3-4"]["winner"] != "stock"
+    with sqlite3.connect(db) as conn:
+        short = conn.execute("select m, verdict, status from runs join jobs on jobs.id = runs.job_id"
+                             " where jobs.kind = 'bucket_check'").fetchall()
+    assert checks["entries"] == checks["runs"] == len(short) == int(tuned_34)
+    assert short == ([(3, "passed", "done")] if tuned_34 else []) and checks["by_verdict"] == ({"passed": 1} if tuned_34 else {})
+    if tuned_34:
+        assert second["summary"]["moe_experts/moe_experts"]["buckets"]["3-4"]["m"] == 4
     # each results file names the shipped file of every variant in its DB (the winners of a resumed DB
     # include earlier sessions' variants, which its own jobs do not list)
     assert first["variant_files"] == {str(parent_id): str(moe)}

@@ -49,13 +49,15 @@ def create_job(session: Session, *, variant: Variant, deployment: dict[str, Any]
                hardware: str, configs_requested: Any, shape_filter: list[str] | None,
                submitted_by: str | None, plan: list[PlannedRun],
                queued_lease_seconds: int, token_id: int | None = None,
-               private: bool = False, idempotency_key: str | None = None) -> tuple[Job, list[str]]:
+               private: bool = False, idempotency_key: str | None = None, kind: str = "eval",
+               fidelity: str = "full") -> tuple[Job, list[str]]:
     """The job and one queued run per planned (config, shape, M), in one transaction; commits.
 
     Each run gets a fresh random base seed. The queued lease is how long the sweeper trusts the
-    broker to deliver before it re-enqueues (see runs.stale_runs)."""
+    broker to deliver before it re-enqueues (see runs.stale_runs). ``kind`` "bucket_check" with ``fidelity``
+    "short": a winner checked at the other M of its bucket (service/bucket_checks.py), timed briefly, never ranked."""
     now = utcnow()
-    job = Job(variant_id=variant.id, kind="eval", deployment=deployment, model_name=model_name,
+    job = Job(variant_id=variant.id, kind=kind, deployment=deployment, model_name=model_name,
               hardware=hardware, queue=f"kt.{hardware}", configs=configs_requested,
               shape_filter=shape_filter, submitted_by=submitted_by, token_id=token_id, private=private,
               idempotency_key=idempotency_key, cancelled=False, created_at=now)
@@ -65,7 +67,7 @@ def create_job(session: Session, *, variant: Variant, deployment: dict[str, Any]
     rows = [dict(id=str(uuid.uuid4()), job_id=job.id, variant_id=variant.id, slot=variant.slot, config=p.config,
                  config_key=p.config_key, shape=p.shape.to_json(), shape_key=p.shape.key, shape_name=p.shape.name,
                  m=p.m, batch_bucket=batch_bucket(p.m), hardware=hardware, seed=secrets.randbelow(2**31),
-                 status="queued", attempts=0, lease_expires_at=lease, created_at=now)
+                 status="queued", attempts=0, lease_expires_at=lease, created_at=now, fidelity=fidelity)
             for p in plan]
     if rows:
         session.execute(insert(Run), rows)

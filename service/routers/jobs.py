@@ -96,7 +96,7 @@ def _replay(request: Request, response: Response, session: SessionDep, job: Job,
                                                       f"submission (job {job.id}); use a new key for a new job")
     pending = [r.id for r in runs_q.list_runs(session, job_id=job.id, status="queued", limit=100_000)
                if r.attempts == 0]
-    enqueued, error = _enqueue(request, session, pending, job.queue) if pending else (True, None)
+    enqueued, error = enqueue_job_runs(request, session, pending, job.queue) if pending else (True, None)
     progress = q.job_progress(session, [job.id])[job.id]
     response.status_code = 200
     return JobCreated(job=job_out(job, progress), runs=progress.total, enqueued=enqueued, enqueue_error=error)
@@ -144,12 +144,13 @@ def create_job(body: JobCreate, request: Request, response: Response, session: S
         if existing is None:
             raise
         return _replay(request, response, session, existing, body, deployment)
-    enqueued, error = _enqueue(request, session, run_ids, job.queue)
+    enqueued, error = enqueue_job_runs(request, session, run_ids, job.queue)
     progress = q.job_progress(session, [job.id])[job.id]
     return JobCreated(job=job_out(job, progress), runs=len(run_ids), enqueued=enqueued, enqueue_error=error)
 
 
-def _enqueue(request: Request, session: SessionDep, run_ids: list[str], queue: str) -> tuple[bool, str | None]:
+def enqueue_job_runs(request: Request, session: SessionDep, run_ids: list[str],
+                     queue: str) -> tuple[bool, str | None]:
     """Runs are committed before this: a broker failure leaves them queued and stale for the sweeper."""
     fn = resolve_enqueue(request)
     error: str | None = None

@@ -1,14 +1,21 @@
-"""GET /v1/winners: the current winner per (slot, shape, batch bucket, hardware) with its evidence."""
+"""GET /v1/winners: the current winner per (slot, shape, batch bucket, hardware) with its evidence.
+POST /v1/winners/bucket-checks: check each exported winner at the M of its bucket no run measured
+(service/bucket_checks.py)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
 
 from db.models import Winner
+from db.queries import jobs as jobs_q
 from db.queries.winners import list_winners
-from service.deps import SessionDep
+from service.auth import PrincipalDep, check_quota
+from service.bucket_checks import configs_of, plan_bucket_checks
+from service.deps import SessionDep, SettingsDep
 from service.errors import ERROR_RESPONSES
-from service.schemas import FingerprintOut, HeadToHead, WinnerEvidence, WinnerOut
+from service.routers.jobs import enqueue_job_runs, job_out
+from service.schemas import HARDWARE_PATTERN, FingerprintOut, HeadToHead, JobCreated, WinnerEvidence, WinnerOut
 
 router = APIRouter(prefix="/v1/winners", tags=["winners"], responses=ERROR_RESPONSES)
 
@@ -32,3 +39,36 @@ def winner_out(w: Winner) -> WinnerOut:
 @router.get("", response_model=list[WinnerOut])
 def get_winners(session: SessionDep, slot: str | None = None, hardware: str | None = None) -> list[WinnerOut]:
     return [winner_out(w) for w in list_winners(session, slot=slot, hardware=hardware)]
+
+
+class BucketChecksCreate(BaseModel):
+    hardware: str = Field(pattern=HARDWARE_PATTERN, description='hardware class of the winners: "h200", "cpu", ...')
+    model: str = Field(min_length=1, max_length=128, description="the model whose export the checks cover")
+
+
+class BucketChecksCreated(BaseModel):
+    entries: int = Field(description="winners with M of their bucket that no done, queued or running run covers")
+    runs: int
+    jobs: list[JobCreated]
+
+
+@router.post("/bucket-checks", response_model=BucketChecksCreated, status_code=201)
+def create_bucket_checks(body: BucketChecksCreate, request: Request, session: SessionDep, settings: SettingsDep,
+                         principal: PrincipalDep) -> BucketChecksCreated:
+    """One job per variant (kind bucket_check, short-fidelity runs) on the hardware's queue; none when every exported
+    winner's bucket is covered already."""
+    per_variant, entries = plan_bucket_checks(session, hardware=body.hardware, model=body.model)
+    if per_variant:
+        check_quota(session, principal)
+    created = []
+    for checks in per_variant:
+        job, run_ids = jobs_q.create_job(
+            session, variant=checks.variant, deployment=checks.deployment, model_name=checks.model_name,
+            hardware=body.hardware, configs_requested=configs_of(checks.plan), shape_filter=None,
+            submitted_by=principal.name, plan=checks.plan, queued_lease_seconds=settings.queued_lease_seconds,
+            token_id=principal.id, kind="bucket_check", fidelity="short")
+        enqueued, error = enqueue_job_runs(request, session, run_ids, job.queue)
+        progress = jobs_q.job_progress(session, [job.id])[job.id]
+        created.append(JobCreated(job=job_out(job, progress), runs=len(run_ids), enqueued=enqueued,
+                                  enqueue_error=error))
+    return BucketChecksCreated(entries=entries, runs=sum(c.runs for c in created), jobs=created)
