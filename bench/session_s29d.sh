@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Device call D of session 29 (carry .whl2 and .cutexz): the card's latest table (as carried in bench/results/: H100
+# h100-s29, H200 s29 or s25) resumed by the service with no new plan, and its winners checked at the M of their bucket
+# that no run measured (bench/service_tuning.py --bucket-checks-s: POST /v1/winners/bucket-checks, short runs on the
+# workers) for KT_CHECKS_S seconds (200 by default); what is not done by then is cancelled and reported. The table it
+# writes (decode-tuning-...-checks) is the resumed one with those runs in it; its export lists what is still unchecked.
+first_of() { local f; for f in "$@"; do [ -e "$f" ] && { echo "$f"; return; }; done; }  # an unmatched glob stays as typed
+HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
+if [ "$HW" = h200 ]; then
+  W=$(first_of bench/results/*-h200-decode-tuning-s29.json bench/results/*-h200-decode-tuning-s25.json)
+elif [ "$HW" = h100 ]; then
+  W=$(first_of bench/results/*-h100-decode-tuning-h100-s29.json)
+else
+  echo "session 29 call D: no plan for this card: $HW"; exit 0
+fi
+source "$(dirname "$0")/device_lib.sh"
+export KT_LOG_FORMAT=plain
+[ -n "$W" ] || { echo "== no table for $HW" >> "$L"; cat "$L"; exit 3; }
+echo "== table $W" >> "$L"
+use_plan bench/plans/s26_h200.json  # CuTe DSL importable here, or the CuTe winners' checks could not compile
+python3 -c "import json; json.dump({'deployment': json.load(open('$PLAN'))['deployment'], 'variants': []}, open('/tmp/no_runs.json', 'w'))"
+S=${KT_CHECKS_S:-200}
+WHAT=$(basename "${W%.json}" | sed -E 's/^[0-9-]+-(h100|h200)-//')-checks
+run timeout $(( S + 90 )) python3 bench/service_tuning.py --plan /tmp/no_runs.json --hardware "$HW" --what "$WHAT" \
+    --workers "${KT_WORKERS:-12}" --export --budget-s 30 --bucket-checks-s "$S" --resume-db "${W%.json}.sqlite" \
+    --data-dir /tmp/kt-service-s29d --out "$OUT"
+rm -f "$OUT"/*.md "$OUT"/*.whl
+grep -E "^== |bucket checks|exported|rror" "$L" | tail -12
