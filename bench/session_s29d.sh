@@ -9,7 +9,8 @@ HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h
 if [ "$HW" = h200 ]; then
   W=$(first_of bench/results/*-h200-decode-tuning-s29.json bench/results/*-h200-decode-tuning-s25.json)
 elif [ "$HW" = h100 ]; then
-  W=$(first_of bench/results/*-h100-decode-tuning-h100-s29.json)
+  # the checked table first: a call resumes the checks the last one's time cut (its cancelled runs are planned again)
+  W=$(first_of bench/results/*-h100-decode-tuning-h100-s29-checks.json bench/results/*-h100-decode-tuning-h100-s29.json)
 else
   echo "session 29 call D: no plan for this card: $HW"; exit 0
 fi
@@ -20,7 +21,7 @@ echo "== table $W" >> "$L"
 use_plan bench/plans/s26_h200.json  # CuTe DSL importable here, or the CuTe winners' checks could not compile
 python3 -c "import json; json.dump({'deployment': json.load(open('$PLAN'))['deployment'], 'variants': []}, open('/tmp/no_runs.json', 'w'))"
 S=${KT_CHECKS_S:-200}
-WHAT=$(basename "${W%.json}" | sed -E 's/^[0-9-]+-(h100|h200)-//')-checks
+WHAT=$(basename "${W%.json}" | sed -E 's/^[0-9-]+-(h100|h200)-//; s/-checks$//')-checks
 run timeout $(( S + 90 )) python3 bench/service_tuning.py --plan /tmp/no_runs.json --hardware "$HW" --what "$WHAT" \
     --workers "${KT_WORKERS:-12}" --export --budget-s 30 --bucket-checks-s "$S" --resume-db "${W%.json}.sqlite" \
     --data-dir /tmp/kt-service-s29d --out "$OUT"
