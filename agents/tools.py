@@ -598,6 +598,8 @@ class ExportArgs(_Args):
     model: str = Field("kimi-k2-like", description="model spec whose winners are exported")
     allow_partial: bool = Field(False, description="export what qualifies and list the rest, instead of refusing")
     version: str = Field("0.1.0", description="package version")
+    every_m: bool = Field(False, description="ship a winner only where its runs checked every batch size its bucket "
+                                             "serves (check_buckets fills the rest)")
 
 
 class ExportOut(BaseModel):
@@ -607,6 +609,24 @@ class ExportOut(BaseModel):
 def export(client: Client, a: ExportArgs) -> ExportOut:
     body = a.model_dump(exclude_none=True)
     return ExportOut(export=_post_optional_route(client, "/v1/exports", body, "package exports"))
+
+
+# --- bucket checks -------------------------------------------------------------------------------
+
+class CheckBucketsArgs(_Args):
+    hardware: str = Field("h200", description="hardware class of the winners")
+    model: str = Field("kimi-k2-like", description="model spec whose winners are checked")
+
+
+class CheckBucketsOut(BaseModel):
+    winners: int = Field(description="winners with batch sizes in their bucket that no run covers yet")
+    runs: int = Field(description="short check runs started, one per such batch size")
+    job_ids: list[int] = Field(description="one job per variant: follow each with wait_for_job")
+
+
+def check_buckets(client: Client, a: CheckBucketsArgs) -> CheckBucketsOut:
+    res = _post_optional_route(client, "/v1/winners/bucket-checks", a.model_dump(exclude_none=True), "bucket checks")
+    return CheckBucketsOut(winners=res["entries"], runs=res["runs"], job_ids=[j["job"]["id"] for j in res["jobs"]])
 
 
 # --- the registry --------------------------------------------------------------------------------
@@ -638,6 +658,9 @@ TOOLS: tuple[Tool, ...] = (
          "stock and its CI.", BoardArgs, BoardOut, leaderboard),
     Tool("winners", "Current winner per (slot, shape, batch bucket, hardware), or stock where nothing beat it "
          "beyond noise.", WinnersArgs, WinnersOut, winners),
+    Tool("check_buckets", "Check each winner at the batch sizes of its bucket that no run measured (the package "
+         "runs a bucket's winner at all of them): short runs that never change the ranking; a failure takes the "
+         "bucket from that config.", CheckBucketsArgs, CheckBucketsOut, check_buckets, read_only=False),
     Tool("export", "Build the vLLM latency_specialized backend package from the current winners.",
          ExportArgs, ExportOut, export, read_only=False),
 )

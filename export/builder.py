@@ -76,18 +76,24 @@ def package_name(model: str, hardware: str) -> str:
 
 
 def export_package(session: Session, *, hardware: str, model: str, out_dir: Path | str, allow_partial: bool = False,
-                   version: str = "0.1.0") -> ExportResult:
+                   version: str = "0.1.0", every_m: bool = False) -> ExportResult:
     """Export the winners of ``model`` on ``hardware`` as a wheel in ``out_dir`` and record it.
 
     Raises ExportRefused (listing each problem) when a winner lacks evidence, has evidence from other
     hardware, or nothing beats stock; with ``allow_partial`` the qualifying entries are exported and
-    the rest listed in the result and the manifest (nothing qualifying still refuses).
+    the rest listed in the result and the manifest (nothing qualifying still refuses). With ``every_m`` a
+    winner qualifies only where its runs checked every M its bucket serves (bucket checks fill the rest).
     """
     try:
         version = str(Version(version))
     except InvalidVersion:
         raise ExportError(f"version {version!r} is not a PEP 440 version") from None
     got = collect(session, hardware=hardware, model=model)
+    if every_m:  # the entries with unchecked M become problems: refused, or with allow_partial left to stock
+        held = unchecked(got)
+        keys = {(p.slot, p.shape_key, p.bucket) for p in held}
+        got.problems += held
+        got.entries = [e for e in got.entries if (e.slot, e.shape_key, e.bucket) not in keys]
     _refuse_if_needed(got, hardware=hardware, model=model, allow_partial=allow_partial)
     pkg = package_name(model, hardware)
     out = Path(out_dir)

@@ -324,13 +324,14 @@ def bucket_checks_cmd(hardware: str = typer.Option(..., help="hardware class of 
 @app.command("export")
 def export_cmd(hardware: str = typer.Option(..., help="hardware class the winners were measured on, e.g. h200"),
                model: str = typer.Option("kimi-k2-like"), allow_partial: bool = False, version: str = "0.1.0",
+               every_m: bool = typer.Option(False, help="only winners checked at every batch size their bucket serves"),
                out: Path = typer.Option(Path("."), help="folder the wheel is written to"),
                api: Optional[str] = ApiOpt) -> None:
     """Export the winners as an installable vLLM latency_specialized wheel."""
     client = _client(api)
     try:
         res = client.post("/v1/exports", {"hardware": hardware, "model": model, "allow_partial": allow_partial,
-                                          "version": version})
+                                          "version": version, "every_m": every_m})
         out.mkdir(parents=True, exist_ok=True)
         client.download(f"/v1/exports/{res['export_id']}/wheel", out / res["wheel_filename"])
     except ApiError as exc:

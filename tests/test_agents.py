@@ -119,6 +119,7 @@ async def _stdio_loop(stack: EmbeddedStack, errlog: Any) -> dict[str, Any]:
         out["runs"] = await _call(s, "get_runs", job_id=job["job_id"])
         out["board"] = await _call(s, "leaderboard", slot="dense_gemm", hardware="cpu", model="tiny-moe")
         out["winners"] = await _call(s, "winners", slot="dense_gemm", hardware="cpu")
+        out["checks"] = await _call(s, "check_buckets", hardware="cpu", model="tiny-moe")
     return out
 
 
@@ -177,6 +178,10 @@ def test_mcp_stdio_full_loop(stack: EmbeddedStack, tmp_path: Path) -> None:
         assert top["beats_stock"] == (top["speedup_ci"][0] > 1)
     for w in out["winners"]["winners"]:  # a winner is stock, or beat stock beyond noise
         assert w["stock"] or w["speedup_ci"][0] > 1, w
+    # the job ran M = 1 and 4: a tuned 3-4 winner lacks M = 3 alone, a tuned 1 winner lacks nothing
+    checks = out["checks"]
+    tuned_34 = sum(1 for w in out["winners"]["winners"] if w["bucket"] == "3-4" and not w["stock"])
+    assert checks["winners"] == checks["runs"] == tuned_34 and len(checks["job_ids"]) == min(tuned_34, 1)
 
 
 # --- MCP over streamable HTTP: a broken variant and the errors an agent must be able to read ------

@@ -53,6 +53,8 @@ def test_a_winner_is_checked_at_the_m_of_its_bucket_no_run_measured(
     with factory() as s:  # the M = 4 run as a worker reports it: it won bucket 3-4
         assert record_result(s, at_4, run_result(at_4))
     ask = {"hardware": "cpu", "model": model}
+    strict = client.post("/v1/exports", json={**ask, "every_m": True})  # its one winner was checked at M = 4 only
+    assert strict.status_code == 409 and "served at M=3, checked at M=4 only" in strict.text, strict.text
 
     r = client.post("/v1/winners/bucket-checks", json=ask)
     assert r.status_code == 201, r.text
@@ -80,5 +82,5 @@ def test_a_winner_is_checked_at_the_m_of_its_bucket_no_run_measured(
     assert verdict == "passed"
     assert winner["evidence"]["run_id"] == at_4  # a short run never ranks, however fast
     assert client.post("/v1/winners/bucket-checks", json=ask).json()["entries"] == 0  # every M of 3-4 is covered
-    exported = client.post("/v1/exports", json={"hardware": "cpu", "model": model}).json()
-    assert exported["entries"] == 1 and exported["unchecked"] == []
+    exported = client.post("/v1/exports", json={**ask, "every_m": True}).json()
+    assert exported["entries"] == 1 and exported["unchecked"] == [] and exported["skipped"] == []

@@ -26,6 +26,8 @@ class ExportCreate(BaseModel):
     model: str = Field(min_length=1, max_length=128)
     allow_partial: bool = False
     version: str = Field(default="0.1.0", pattern=r"^\d+(\.\d+){0,3}$")
+    every_m: bool = Field(default=False, description="ship a winner only where its runs checked every batch size its "
+                                                    "bucket serves (POST /v1/winners/bucket-checks fills the rest)")
 
 
 def exports_dir(settings: SettingsDep) -> Path:
@@ -36,7 +38,7 @@ def exports_dir(settings: SettingsDep) -> Path:
 def create_export(body: ExportCreate, session: SessionDep, settings: SettingsDep) -> ExportResult:
     try:
         return export_package(session, hardware=body.hardware, model=body.model, out_dir=exports_dir(settings),
-                              allow_partial=body.allow_partial, version=body.version)
+                              allow_partial=body.allow_partial, version=body.version, every_m=body.every_m)
     except ExportRefused as exc:
         raise HTTPException(409, detail=str(exc)) from exc
     except ExportError as exc:
