@@ -26,6 +26,19 @@ selftest_exported() {
     echo "== selftest exit $? $(date +%T)" >> "$L"
   done
 }
+# carried_table W: the start of a call on a table carried in bench/results/ (W: its JSON; empty when none is here, which
+# ends the call): logs it, puts CuTe DSL on the self-test's path (use_plan) and writes /tmp/no_runs.json, a plan of no runs
+carried_table() {
+  [ -n "$1" ] || { echo "== no table for $HW" >> "$L"; cat "$L"; exit 3; }
+  echo "== table $1" >> "$L"
+  use_plan bench/plans/s26_h200.json
+  python3 -c "import json; json.dump({'deployment': json.load(open('$PLAN'))['deployment'], 'variants': []}, open('/tmp/no_runs.json', 'w'))"
+}
+# export_table W WHAT DIR: the wheel of table W as it stands (the plan of no runs, resumed from its DB) into DIR
+export_table() {
+  run timeout 120 python3 bench/service_tuning.py --plan /tmp/no_runs.json --hardware "$HW" --what "$2" \
+      --workers 1 --export --budget-s 30 --resume-db "${1%.json}.sqlite" --data-dir "/tmp/kt-service-$2" --out "$3"
+}
 # selftest_every_m WHEEL_DIR TOTAL_S: the wheel in WHEEL_DIR self-tested at every M each entry's bucket serves
 # (selftest --every-m; untimed there, the measured M timed in 3 rounds), in three parts with their own share of TOTAL_S
 # and their own $OUT/selftest-every-m-PART.txt: the slots whose kernels tie a tile to M first, the MoE (slow stock,

@@ -26,13 +26,8 @@ else
 fi
 source "$(dirname "$0")/device_lib.sh"
 export KT_LOG_FORMAT=plain
-[ -n "$W" ] || { echo "== no table for $HW" >> "$L"; cat "$L"; exit 3; }
-echo "== table $W" >> "$L"
-use_plan bench/plans/s26_h200.json  # only for KT_SELFTEST_PATH (CuTe DSL on the self-test's path)
-# the export of the table as it stands: a plan of no runs, resumed from the table's DB
-python3 -c "import json; json.dump({'deployment': json.load(open('$PLAN'))['deployment'], 'variants': []}, open('/tmp/no_runs.json', 'w'))"
-run timeout 120 python3 bench/service_tuning.py --plan /tmp/no_runs.json --hardware "$HW" --what export-s26b \
-    --workers 1 --export --budget-s 30 --resume-db "${W%.json}.sqlite" --data-dir /tmp/kt-service-s26b --out /tmp/s26b-export
+carried_table "$W"
+export_table "$W" export-s26b /tmp/s26b-export
 KT_WHEEL_DIR=/tmp/s26b-export KT_SELFTEST_S=${KT_SELFTEST_S:-$ST_S} KT_SELFTEST_ARGS=${KT_SELFTEST_ARGS:-"$SELFTEST --rounds 10"} \
   selftest_exported
 [ -z "$ATTN" ] || run timeout "${KT_ATTN_TIMEOUT_S:-110}" python3 bench/attn_block.py --batches "$ATTN" --winners "$W" --out "$OUT"

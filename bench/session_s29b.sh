@@ -16,12 +16,7 @@ else
 fi
 source "$(dirname "$0")/device_lib.sh"
 export KT_LOG_FORMAT=plain
-[ -n "$W" ] || { echo "== no table for $HW" >> "$L"; cat "$L"; exit 3; }
-echo "== table $W" >> "$L"
-use_plan bench/plans/s26_h200.json  # only for KT_SELFTEST_PATH (CuTe DSL on the self-test's path)
-# the export of the table as it stands: a plan of no runs, resumed from the table's DB
-python3 -c "import json; json.dump({'deployment': json.load(open('$PLAN'))['deployment'], 'variants': []}, open('/tmp/no_runs.json', 'w'))"
-run timeout 120 python3 bench/service_tuning.py --plan /tmp/no_runs.json --hardware "$HW" --what export-s29b \
-    --workers 1 --export --budget-s 30 --resume-db "${W%.json}.sqlite" --data-dir /tmp/kt-service-s29b --out /tmp/s29b-export
+carried_table "$W"
+export_table "$W" export-s29b /tmp/s29b-export
 selftest_every_m /tmp/s29b-export "${KT_SELFTEST_S:-480}"
 grep -E "^== " "$L" | tail -6

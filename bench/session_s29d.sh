@@ -16,10 +16,7 @@ else
 fi
 source "$(dirname "$0")/device_lib.sh"
 export KT_LOG_FORMAT=plain
-[ -n "$W" ] || { echo "== no table for $HW" >> "$L"; cat "$L"; exit 3; }
-echo "== table $W" >> "$L"
-use_plan bench/plans/s26_h200.json  # CuTe DSL importable here, or the CuTe winners' checks could not compile
-python3 -c "import json; json.dump({'deployment': json.load(open('$PLAN'))['deployment'], 'variants': []}, open('/tmp/no_runs.json', 'w'))"
+carried_table "$W"  # CuTe DSL importable here, or the CuTe winners' checks could not compile
 S=${KT_CHECKS_S:-200}
 WHAT=$(basename "${W%.json}" | sed -E 's/^[0-9-]+-(h100|h200)-//; s/-checks$//')-checks
 run timeout $(( S + 90 )) python3 bench/service_tuning.py --plan /tmp/no_runs.json --hardware "$HW" --what "$WHAT" \

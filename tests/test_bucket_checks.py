@@ -12,25 +12,11 @@ from fastapi.testclient import TestClient
 
 from db.models import Run
 from db.queries.runs import record_result
+from tests.support import faulty
 
 REPO = Path(__file__).resolve().parents[1]
 RIGHT = (REPO / "kernels/variants/torch/add_rmsnorm_torch.py").read_text()
-# right at every M but 3, where it leaves its last output row at zero (a masking bug of the kind a tile bound gives)
-WRONG_AT_3 = RIGHT + '''
-
-_right_build = build
-
-
-def build(config, shape):
-    fn = _right_build(config, shape)
-    if shape["M"] != 3:
-        return fn
-
-    def wrong(**kw):
-        fn(**kw)
-        kw["out"][-1].zero_()
-    return wrong
-'''
+WRONG_AT_3 = RIGHT + faulty.WRONG_AT_3
 CONFIG = {"stats_from": "fp32_sum", "weight_mul": "fp32"}
 
 

@@ -42,6 +42,8 @@ from search.space import ConfigSpace
 from workers.protocol import BenchSettings, RunSpec
 from workers.sandbox import evaluate
 
+from tests.support.faulty import WRONG_AT_3
+
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "tiny-moe"
 DENSE_MODEL = "tiny-dense"  # a second model name whose only measured bucket loses to stock
@@ -274,25 +276,6 @@ def test_installed_wheel_dispatches_and_selftests(installed: Path, exported: dic
     every = _run([str(installed), "-I", "-m", f"{pkg}.selftest", "--json", "--rounds", "2", "--every-m"], cwd=tmp_path)
     assert every.returncode == 0, every.stdout[-3000:] + every.stderr[-3000:]
     assert all(e["checked_ms"] == [int(m) for m in e["speedup_vs_stock"]] for e in json.loads(every.stdout)["entries"])
-
-
-# Appended to an exported kernel's module: right at every M but 3, where it leaves its last output row at zero (a
-# masking bug of the kind a tile bound gives).
-WRONG_AT_3 = """
-
-_right_build = build
-
-
-def build(config, shape, *args, **kwargs):
-    fn = _right_build(config, shape, *args, **kwargs)
-    if shape["M"] != 3:
-        return fn
-
-    def wrong(**kw):
-        fn(**kw)
-        kw["out"][-1].zero_()
-    return wrong
-"""
 
 
 def test_every_m_catches_a_kernel_wrong_at_an_m_its_bucket_serves_but_no_run_measured(
