@@ -13,6 +13,7 @@ under a minimal stand-in package named ``vllm`` that reproduces only CustomOp / 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -298,6 +299,12 @@ def test_every_m_catches_a_kernel_wrong_at_an_m_its_bucket_serves_but_no_run_mea
     plain = _run([str(installed), "-I", "-c", run, *args], cwd=tmp_path)
     assert plain.returncode == 0, plain.stdout[-3000:] + plain.stderr[-3000:]
     assert [e["checked_ms"] for e in json.loads(plain.stdout)["entries"]] == [[4]]
+    # dispatch runs the kernel at M = 3 too, unless told to keep to the checked M
+    explain = (f"import sys; sys.path.insert(0, {str(site)!r}); import {pkg} as P; "
+               f"print(' '.join(P.explain('add_rmsnorm', {key!r}, m).kind for m in (3, 4)))")
+    assert _run([str(installed), "-I", "-c", explain], cwd=tmp_path).stdout.split() == ["tuned", "tuned"]
+    strict = _run([str(installed), "-I", "-c", explain], cwd=tmp_path, env={**os.environ, "KT_LS_CHECKED_M_ONLY": "1"})
+    assert strict.stdout.split() == ["stock", "tuned"], strict.stderr[-2000:]
     every = _run([str(installed), "-I", "-c", run, *args, "--every-m"], cwd=tmp_path)
     assert every.returncode == 1, every.stdout[-3000:] + every.stderr[-3000:]
     (got,) = json.loads(every.stdout)["entries"]

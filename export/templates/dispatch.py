@@ -2,7 +2,8 @@
 
 The tuned kernel of M's batch bucket when this machine matches the hardware the evidence was
 measured on; otherwise, or outside the tuned buckets, the stock torch kernel (explicit fallback,
-never an error). ``explain`` says which one and why without building anything.
+never an error). With KT_LS_CHECKED_M_ONLY=1, stock also at the M of a bucket that its kernel's
+evidence did not check. ``explain`` says which one and why without building anything.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ KernelFn = Callable[..., None]
 GPU_LANGUAGES = ("triton", "cute")
 # The chain level the vLLM hooks build their kernels at (dispatch's pdl): 0, the default, is off.
 PDL_ENV = "KT_LS_PDL"
+# 1: a tuned kernel runs only at the M its evidence checked (manifest "ms": its runs, bucket checks included), stock
+# at the bucket's other M; unset or 0: at every M of its bucket (``selftest --every-m`` checks those on this machine).
+CHECKED_ONLY_ENV = "KT_LS_CHECKED_M_ONLY"
 _HARDWARE_CLASSES = ("gb300", "gb200", "b300", "b200", "h200", "h100", "h20", "a100", "l40s")
 
 
@@ -121,6 +125,9 @@ def explain(slot: str, shape_key: str, m: int) -> Choice:
         return Choice(slot, shape_key, m, "stock", f"M={m} (bucket {bucket}) is outside the tuned range")
     if entry.get("stock"):
         return Choice(slot, shape_key, m, "stock", f"bucket {bucket}: nothing beat the stock kernel")
+    if os.environ.get(CHECKED_ONLY_ENV) == "1" and m not in entry.get("ms", ()):
+        return Choice(slot, shape_key, m, "stock", f"bucket {bucket}'s kernel was checked at M={entry.get('ms')} only "
+                                                   f"and {CHECKED_ONLY_ENV}=1")
     mismatch = hardware_mismatch()
     if mismatch:
         return Choice(slot, shape_key, m, "stock", mismatch)
