@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from export.collect import Collection, bucket_lo
+from export.collect import Collection, Entry, bucket_lo
 from export.errors import Problem
 from kernels.deployment import DEFAULT_BATCHES, batch_bucket
 
@@ -47,11 +47,16 @@ def spans(ms: Iterable[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
 
 
+def unchecked_ms(entry: Entry) -> list[int]:
+    """The M of the entry's bucket that none of its runs checked."""
+    return sorted(set(bucket_ms(entry.bucket)) - set(entry.ms))
+
+
 def unchecked(got: Collection) -> list[Problem]:
     """Per exported entry whose bucket holds M that none of its runs checked: those M."""
     out = []
     for e in sorted(got.entries, key=lambda e: (e.slot, e.shape_key, bucket_lo(e.bucket))):
-        missing = sorted(set(bucket_ms(e.bucket)) - set(e.ms))
+        missing = unchecked_ms(e)
         if missing:
             out.append(Problem(slot=e.slot, shape_key=e.shape_key, bucket=e.bucket,
                                reason=f"served at M={spans(missing)}, checked at M={spans(e.ms)} only: the package's "

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from db.models import Run, Variant
 from db.queries.jobs import PlannedRun
 from export.collect import collect
-from export.coverage import bucket_ms
+from export.coverage import unchecked_ms
 from kernels.slots.base import Shape
 
 
@@ -38,7 +38,7 @@ def plan_bucket_checks(session: Session, *, hardware: str, model: str) -> tuple[
     by_variant: dict[int, VariantChecks] = {}
     entries = 0
     for entry in collect(session, hardware=hardware, model=model).entries:
-        missing = sorted(set(bucket_ms(entry.bucket)) - set(entry.ms))
+        missing = unchecked_ms(entry)
         if not missing:
             continue
         run = session.get(Run, entry.winner.run_id)
