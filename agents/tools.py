@@ -573,6 +573,8 @@ class WinnerBrief(BaseModel):
     us: float | None = None
     speedup: float | None = None
     speedup_ci: tuple[float, float] | None = None
+    unchecked_ms: list[int] = Field(default_factory=list, description="batch sizes its bucket serves that no run "
+                                    "checked; the check_buckets tool checks them")
 
 
 class WinnersOut(BaseModel):
@@ -587,7 +589,8 @@ def winners(client: Client, a: WinnersArgs) -> WinnersOut:
                                bucket=w["batch_bucket"], hardware=w["hardware"], stock=w["is_stock"],
                                variant_id=ev.get("variant_id"), run_id=ev.get("run_id"),
                                by=ev.get("agent") or ev.get("author"), config=ev.get("config"),
-                               us=_r(ev.get("median_us")), speedup=_r(ev.get("speedup")), speedup_ci=_ci(ev)))
+                               us=_r(ev.get("median_us")), speedup=_r(ev.get("speedup")), speedup_ci=_ci(ev),
+                               unchecked_ms=ev.get("unchecked_ms") or []))
     return WinnersOut(winners=out)
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from export.collect import Collection, Entry, bucket_lo
 from export.errors import Problem
-from kernels.deployment import DEFAULT_BATCHES, batch_bucket
+from kernels.deployment import DEFAULT_BATCHES, batch_bucket, bucket_ms, spans
 
 
 def untuned(got: Collection, batch_sizes: Iterable[int] = DEFAULT_BATCHES) -> list[Problem]:
@@ -28,23 +28,6 @@ def untuned(got: Collection, batch_sizes: Iterable[int] = DEFAULT_BATCHES) -> li
     wanted = sorted({batch_bucket(m) for m in batch_sizes}, key=bucket_lo)
     return [Problem(slot=slot, shape_key=key, bucket=b, reason="never timed: the package runs the stock kernel there")
             for (slot, key), have in sorted(seen.items()) for b in wanted if b not in have]
-
-
-def bucket_ms(bucket: str) -> list[int]:
-    """Every M a bucket name ("5-8", "2") covers."""
-    lo, _, hi = bucket.partition("-")
-    return list(range(int(lo), int(hi or lo) + 1))
-
-
-def spans(ms: Iterable[int]) -> str:
-    """[3, 5, 6, 7] -> "3,5-7"."""
-    out: list[list[int]] = []
-    for m in sorted(set(ms)):
-        if out and m == out[-1][1] + 1:
-            out[-1][1] = m
-        else:
-            out.append([m, m])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
 
 
 def unchecked_ms(entry: Entry) -> list[int]:

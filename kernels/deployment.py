@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -20,6 +21,23 @@ def batch_bucket(m: int) -> str:
         if lo <= m <= hi:
             return str(lo) if lo == hi else f"{lo}-{hi}"
     raise ValueError(f"M={m} outside 1..{MAX_BATCH}")
+
+
+def bucket_ms(bucket: str) -> list[int]:
+    """Every M a bucket name ("5-8", "2") covers."""
+    lo, _, hi = bucket.partition("-")
+    return list(range(int(lo), int(hi or lo) + 1))
+
+
+def spans(ms: Iterable[int]) -> str:
+    """[3, 5, 6, 7] -> "3,5-7"."""
+    out: list[list[int]] = []
+    for m in sorted(set(ms)):
+        if out and m == out[-1][1] + 1:
+            out[-1][1] = m
+        else:
+            out.append([m, m])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
 
 
 class Deployment(BaseModel):

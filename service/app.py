@@ -16,6 +16,7 @@ from db.migrate import upgrade
 from db.session import make_engine, make_session_factory
 from service import metrics
 from service.auth import enforce_policy, install_auth_error_handler
+from service.bucket_checks import auto_checks_forever
 from service.deps import EnqueueFn, PingFn
 from service.errors import install_error_handlers
 from service.logging_setup import RequestLog, configure_json_logging
@@ -46,16 +47,32 @@ class BodyLimit:
         await self.app(scope, receive, send)
 
 
-def _start_sweeper(app: FastAPI, settings: Settings) -> asyncio.Task[None] | None:
+def _enqueue_fn(app: FastAPI, who: str) -> EnqueueFn | None:
     enqueue = app.state.enqueue_runs
     if enqueue is None:
         try:
             from workers.dispatch import enqueue_runs as enqueue
-        except ImportError as exc:  # an API without the worker stack cannot re-enqueue: say so once
-            log.warning("no sweeper: workers.dispatch is not importable (%s)", exc)
+        except ImportError as exc:  # an API without the worker stack cannot enqueue: say so once
+            log.warning("no %s: workers.dispatch is not importable (%s)", who, exc)
             return None
+    return enqueue
+
+
+def _start_sweeper(app: FastAPI, settings: Settings) -> asyncio.Task[None] | None:
+    enqueue = _enqueue_fn(app, "sweeper")
+    if enqueue is None:
+        return None
     return asyncio.create_task(sweep_forever(app.state.session_factory, enqueue, settings.sweep_interval_s,
                                              settings.queued_lease_seconds))
+
+
+def _start_bucket_checks(app: FastAPI, settings: Settings) -> asyncio.Task[None] | None:
+    enqueue = _enqueue_fn(app, "automatic bucket checks") if settings.auto_bucket_checks else None
+    if enqueue is None:
+        return None
+    return asyncio.create_task(auto_checks_forever(app.state.session_factory, enqueue,
+                                                   settings.auto_bucket_checks_interval_s,
+                                                   settings.queued_lease_seconds))
 
 
 def create_app(settings: Settings | None = None, *, enqueue_runs: EnqueueFn | None = None,
@@ -79,13 +96,15 @@ def create_app(settings: Settings | None = None, *, enqueue_runs: EnqueueFn | No
         if settings.migrate_on_startup:
             upgrade(engine=engine)
         sweeper = _start_sweeper(app, settings)
+        bucket_checks = _start_bucket_checks(app, settings)
         # Hands a search whose driver died to a new one (it resumes from the database).
         search_sweeper = asyncio.create_task(sweep_searches_forever(
             app.state.session_factory, app.state.enqueue_search or enqueue_drive, settings.sweep_interval_s))
         yield
         search_sweeper.cancel()
-        if sweeper is not None:
-            sweeper.cancel()
+        for task in (sweeper, bucket_checks):
+            if task is not None:
+                task.cancel()
         engine.dispose()
         if engine.dialect.name != "sqlite":  # there it is a view of the same pool
             autocommit_engine.dispose()

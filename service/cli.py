@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kernels.deployment import spans
 from kernels.variant_meta import declared_space
 from service.client import ApiError, Client
 from service.embedded import EmbeddedStack, api_command, default_data_dir, embedded_env, worker_command
@@ -295,18 +296,21 @@ def winners(slot: Optional[str] = None, hardware: Optional[str] = None, api: Opt
     except ApiError as exc:
         _fail(exc)
     t = Table(title="winners")
-    for col in ("slot", "shape", "bucket", "hardware", "winner", "config", "us", "speedup", "95% CI"):
+    for col in ("slot", "shape", "bucket", "hardware", "winner", "config", "us", "speedup", "95% CI", "unchecked M"):
         t.add_column(col)
     for w in rows:
         if w.get("is_stock"):
-            t.add_row(w["slot"], w["shape_name"], w["batch_bucket"], w["hardware"], "stock", "-", "-", "1.000", "-")
+            t.add_row(w["slot"], w["shape_name"], w["batch_bucket"], w["hardware"], "stock", "-", "-", "1.000", "-", "-")
             continue
         ev = w.get("evidence") or {}
         ci = "-" if ev.get("speedup_ci_lo") is None else f"{ev['speedup_ci_lo']:.2f}-{ev['speedup_ci_hi']:.2f}"
         t.add_row(w["slot"], w["shape_name"], w["batch_bucket"], w["hardware"], str(ev.get("variant_id")),
                   json.dumps(ev.get("config"), separators=(",", ":")), _fmt(ev.get("median_us")),
-                  _fmt(ev.get("speedup"), ".3f"), ci)
+                  _fmt(ev.get("speedup"), ".3f"), ci, spans(ev.get("unchecked_ms") or []) or "-")
     console.print(t)
+    if any((w.get("evidence") or {}).get("unchecked_ms") for w in rows):
+        console.print("unchecked M: batch sizes a winner's bucket serves that no run checked; "
+                      "`kerneltune bucket-checks` checks them")
 
 
 @app.command("bucket-checks")

@@ -243,6 +243,10 @@ class WinnerEvidence(HeadToHead):
     check: dict[str, Any] | None
     bench: dict[str, Any] | None
     fingerprint: FingerprintOut | None
+    checked_ms: list[int] = Field(default_factory=list, description="the M of the bucket at which a passed run of this "
+                                  "variant and config checked it (the winning run's M and any bucket checks)")
+    unchecked_ms: list[int] = Field(default_factory=list, description="the M of the bucket no run checked: an exported "
+                                    "package serves them with this kernel; POST /v1/winners/bucket-checks checks them")
 
 
 class WinnerOut(BaseModel):

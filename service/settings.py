@@ -17,7 +17,7 @@ from db.session import default_database_url, normalize_url
 
 _INT_FIELDS = ("max_source_bytes", "max_body_bytes", "max_config_points", "max_runs_per_job",
                "queued_lease_seconds", "run_timeout_s", "visibility_timeout_s", "running_lease_seconds",
-               "sweep_interval_s")
+               "sweep_interval_s", "auto_bucket_checks_interval_s")
 
 
 def _from_env(values: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
@@ -39,6 +39,9 @@ def _from_env(values: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
     raw = env.get("KT_CONTROL_INCUMBENT")
     if "control_incumbent" not in out and raw:
         out["control_incumbent"] = raw.lower() not in ("0", "false", "no")
+    raw = env.get("KT_AUTO_BUCKET_CHECKS")
+    if "auto_bucket_checks" not in out and raw:
+        out["auto_bucket_checks"] = raw.lower() not in ("0", "false", "no")
     raw = env.get("KT_MIGRATE_ON_STARTUP")
     if "migrate_on_startup" not in out and raw:
         out["migrate_on_startup"] = raw.lower() not in ("0", "false", "no")
@@ -62,6 +65,11 @@ class Settings(BaseModel):
     running_lease_seconds: int = Field(default=30, ge=5)
     sweep_interval_s: int = Field(default=10, ge=1)
     migrate_on_startup: bool = True
+    # The API plans every winner's bucket checks itself (service/bucket_checks.py, auto_checks_forever) this often:
+    # short runs at the M of its bucket that no run checked. Off by default: each new winner costs up to one short run
+    # per M of its bucket on the workers (production's compose file turns it on).
+    auto_bucket_checks: bool = False
+    auto_bucket_checks_interval_s: int = Field(default=60, ge=1)
     # Workers time the bucket's incumbent beside each challenger (workers/bench.py), so that a winner is
     # decided head to head and not by medians from two sessions (db/queries/runs.py ranked_us).
     control_incumbent: bool = True

@@ -1,17 +1,22 @@
 """POST /v1/winners/bucket-checks (service/bucket_checks.py): a winner measured at one M of its bucket is checked at
 the bucket's other M by short runs through the worker's own task; a kernel wrong there loses the bucket to stock,
-a right one keeps it and its export no longer lists the bucket as unchecked."""
+a right one keeps it and its export no longer lists the bucket as unchecked. GET /v1/winners says which M each winner
+was checked at; with KT_AUTO_BUCKET_CHECKS the API plans the checks itself."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 from fastapi.testclient import TestClient
 
-from db.models import Run
+from db.models import Job, Run
 from db.queries.runs import record_result
+from service.bucket_checks import AUTO_SUBMITTER, auto_check_once
+from service.settings import Settings
+from tests.conftest import EnqueueRecorder, token_in_db
 from tests.support import faulty
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,6 +44,7 @@ def test_a_winner_is_checked_at_the_m_of_its_bucket_no_run_measured(
     with factory() as s:  # the M = 4 run as a worker reports it: it won bucket 3-4
         assert record_result(s, at_4, run_result(at_4))
     ask = {"hardware": "cpu", "model": model}
+    assert _coverage(client) == ([4], [3])  # what GET /v1/winners says: checked at M = 4, serves M = 3 unchecked
     strict = client.post("/v1/exports", json={**ask, "every_m": True})  # its one winner was checked at M = 4 only
     assert strict.status_code == 409 and "served at M=3, checked at M=4 only" in strict.text, strict.text
 
@@ -68,5 +74,72 @@ def test_a_winner_is_checked_at_the_m_of_its_bucket_no_run_measured(
     assert verdict == "passed"
     assert winner["evidence"]["run_id"] == at_4  # a short run never ranks, however fast
     assert client.post("/v1/winners/bucket-checks", json=ask).json()["entries"] == 0  # every M of 3-4 is covered
+    assert _coverage(client) == ([3, 4], [])
     exported = client.post("/v1/exports", json={**ask, "every_m": True}).json()
     assert exported["entries"] == 1 and exported["unchecked"] == [] and exported["skipped"] == []
+
+
+def _coverage(client: TestClient) -> tuple[list[int], list[int]]:
+    """(checked_ms, unchecked_ms) of the add_rmsnorm winner of bucket 3-4 on the CPU, as GET /v1/winners gives them."""
+    [w] = [w for w in client.get("/v1/winners", params={"slot": "add_rmsnorm", "hardware": "cpu"}).json()
+           if w["batch_bucket"] == "3-4"]
+    assert not w["is_stock"], w
+    return w["evidence"]["checked_ms"], w["evidence"]["unchecked_ms"]
+
+
+def _winner_at_4(client: TestClient, run_result: Callable[..., dict[str, Any]], recorder: EnqueueRecorder) -> str:
+    """A tuned add_rmsnorm winner of bucket 3-4 measured at M = 4 only; returns its job's model."""
+    v = client.post("/v1/variants", json={"slot": "add_rmsnorm", "language": "torch", "source": RIGHT,
+                                          "config_space": {k: [x] for k, x in CONFIG.items()},
+                                          "provenance": {"author": "alice"}}).json()
+    made = client.post("/v1/jobs", json={"variant_id": v["id"], "hardware": "cpu", "configs": [CONFIG],
+                                         "deployment": {"spec": "tiny-moe", "tp": 1, "batch_sizes": [4]}}).json()
+    [at_4] = recorder.calls[-1][0]
+    with client.app.state.session_factory() as s:
+        assert record_result(s, at_4, run_result(at_4))
+    return made["job"]["model_name"]
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_automatic_checks_plan_each_new_winner_once_and_survive_a_broker_failure(
+        client: TestClient, enqueue_recorder: EnqueueRecorder, run_result: Callable[..., dict[str, Any]]) -> None:
+    factory = client.app.state.session_factory
+    assert auto_check_once(factory, enqueue_recorder, 3600) == 0  # no winner yet: nothing to check
+    _winner_at_4(client, run_result, enqueue_recorder)
+    enqueue_recorder.fail_with = ConnectionError("broker down")
+    assert auto_check_once(factory, enqueue_recorder, 3600) == 1  # M = 3, created though the broker refused it
+    with factory() as s:
+        [run] = s.query(Run).filter(Run.m == 3).all()
+        job = s.get(Job, run.job_id)
+        assert job is not None and (job.kind, job.submitted_by, job.token_id) == ("bucket_check", AUTO_SUBMITTER, None)
+        assert run.status == "queued" and run.lease_expires_at is not None  # stale now: the sweeper re-enqueues it
+        from db.queries.runs import stale_runs
+        assert run.id in {r.id for r in stale_runs(s)}
+    enqueue_recorder.fail_with = None
+    assert auto_check_once(factory, enqueue_recorder, 3600) == 0  # queued already: not planned twice
+    assert _coverage(client) == ([4], [3])  # queued is not checked
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_the_api_checks_a_new_winner_by_itself_when_asked_to(
+        db_url: str, tmp_path: Path, run_result: Callable[..., dict[str, Any]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.app import create_app
+
+    monkeypatch.setenv("KT_AUTO_BUCKET_CHECKS", "1")
+    monkeypatch.setenv("KT_AUTO_BUCKET_CHECKS_INTERVAL_S", "1")
+    settings = Settings(database_url=db_url, broker_url="memory://", data_dir=tmp_path)
+    assert settings.auto_bucket_checks and settings.auto_bucket_checks_interval_s == 1  # read from the environment
+    recorder = EnqueueRecorder()
+    with TestClient(create_app(settings, enqueue_runs=recorder, broker_ping=lambda: None)) as client:
+        client.headers["Authorization"] = f"Bearer {token_in_db(client.app.state.session_factory, 'a', ['admin'])}"
+        _winner_at_4(client, run_result, recorder)
+        sent = len(recorder.calls)
+        deadline = time.monotonic() + 30
+        while len(recorder.calls) == sent:  # the API's own loop, one round a second
+            assert time.monotonic() < deadline, "no bucket check was enqueued in 30 s"
+            time.sleep(0.2)
+        [at_3] = recorder.calls[sent][0]
+        with client.app.state.session_factory() as s:
+            run = s.get(Run, at_3)
+            assert run is not None and (run.m, run.fidelity, run.job.kind) == (3, "short", "bucket_check")

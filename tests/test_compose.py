@@ -76,3 +76,4 @@ def test_production_urls_point_at_the_compose_servers() -> None:
     env = SERVICES["api"]["environment"]
     assert env["KT_DATABASE_URL"].startswith("postgresql+psycopg://") and "@postgres:" in env["KT_DATABASE_URL"]
     assert env["KT_BROKER_URL"] == "redis://redis:6379/0"
+    assert env["KT_AUTO_BUCKET_CHECKS"] == "1"  # production checks every new winner's whole bucket

@@ -247,6 +247,14 @@ def test_cli_search_sends_strategy_options(stack: EmbeddedStack, variant_id: int
     done = wait_for(stack.client(), sid, lambda o: o["state"] in ("done", "failed", "cancelled"), stack=stack)
     assert done["state"] == "done" and done["options"] == {"local_per_round": 2, "n_startup_trials": 4}
     assert done["targets"][0]["evaluations"] == 8
+    # `kerneltune winners` names the M each winner's bucket serves that no run checked (the search timed M = 16 only)
+    tuned = [w for w in stack.client().get("/v1/winners", slot="dense_gemm", hardware="replay") if not w["is_stock"]]
+    assert tuned and all(w["evidence"]["unchecked_ms"] == list(range(9, 16)) for w in tuned
+                         if w["batch_bucket"] == "9-16"), tuned
+    table = CliRunner().invoke(cli, ["winners", "--slot", "dense_gemm", "--hardware", "replay"],
+                               env={**env, "COLUMNS": "300"})
+    assert table.exit_code == 0 and "unchecked M" in table.output and "9-15" in table.output, table.output
+    assert "kerneltune bucket-checks" in table.output
 
     unknown = CliRunner().invoke(cli, [*base, "--option", "local_steps=2"], env=env)
     assert unknown.exit_code == 1 and "local_steps" in unknown.output, unknown.output

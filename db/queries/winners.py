@@ -178,4 +178,22 @@ def list_winners(session: Session, *, slot: str | None = None, hardware: str | N
     return rows
 
 
+def checked_ms(session: Session, winners: list[Winner]) -> dict[int, list[int]]:
+    """Per tuned winner (by id): the M of its bucket at which a passed run of its (variant, config) checked it, the
+    winning run's M and bucket checks included (service/bucket_checks.py). One query for the whole list."""
+    ids = [w.id for w in winners if w.run_id is not None and not w.is_stock]
+    if not ids:
+        return {}
+    won, other = aliased(Run), aliased(Run)
+    same = and_(other.variant_id == won.variant_id, other.config_key == won.config_key, other.slot == won.slot,
+                other.shape_key == won.shape_key, other.batch_bucket == won.batch_bucket,
+                other.hardware == won.hardware)
+    q = (select(Winner.id, other.m).join(won, won.id == Winner.run_id).join(other, same)
+         .where(Winner.id.in_(ids), other.status == "done", other.verdict == "passed").distinct())
+    out: dict[int, list[int]] = {i: [] for i in ids}
+    for winner_id, m in session.execute(q):
+        out[winner_id].append(m)
+    return {i: sorted(ms) for i, ms in out.items()}
+
+
 assert all(lo <= hi for lo, hi in BATCH_BUCKETS)  # _bucket_order relies on 'lo' or 'lo-hi' names

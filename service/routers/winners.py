@@ -9,9 +9,10 @@ from pydantic import BaseModel, Field
 
 from db.models import Winner
 from db.queries import jobs as jobs_q
-from db.queries.winners import list_winners
+from db.queries.winners import checked_ms, list_winners
+from kernels.deployment import bucket_ms
 from service.auth import PrincipalDep, check_quota
-from service.bucket_checks import configs_of, plan_bucket_checks
+from service.bucket_checks import create_check_jobs, plan_bucket_checks
 from service.deps import SessionDep, SettingsDep
 from service.errors import ERROR_RESPONSES
 from service.routers.jobs import enqueue_job_runs, job_out
@@ -20,7 +21,8 @@ from service.schemas import HARDWARE_PATTERN, FingerprintOut, HeadToHead, JobCre
 router = APIRouter(prefix="/v1/winners", tags=["winners"], responses=ERROR_RESPONSES)
 
 
-def winner_out(w: Winner) -> WinnerOut:
+def winner_out(w: Winner, checked: list[int]) -> WinnerOut:
+    """``checked``: the M of the bucket its (variant, config) passed at (db.queries.winners.checked_ms)."""
     evidence = None
     run = w.run
     if run is not None and not w.is_stock:
@@ -31,14 +33,17 @@ def winner_out(w: Winner) -> WinnerOut:
             baseline_median_us=run.baseline_median_us, speedup=run.speedup, speedup_ci_lo=run.speedup_ci_lo,
             speedup_ci_hi=run.speedup_ci_hi, frac_of_floor=run.frac_of_floor, uses_library=run.uses_library,
             check=run.check, bench=run.bench, **HeadToHead.of(run),
-            fingerprint=FingerprintOut.model_validate(run.fingerprint) if run.fingerprint else None)
+            fingerprint=FingerprintOut.model_validate(run.fingerprint) if run.fingerprint else None,
+            checked_ms=checked, unchecked_ms=sorted(set(bucket_ms(w.batch_bucket)) - set(checked)))
     return WinnerOut(slot=w.slot, shape_key=w.shape_key, shape_name=w.shape_name, batch_bucket=w.batch_bucket,
                      hardware=w.hardware, is_stock=w.is_stock, updated_at=w.updated_at, evidence=evidence)
 
 
 @router.get("", response_model=list[WinnerOut])
 def get_winners(session: SessionDep, slot: str | None = None, hardware: str | None = None) -> list[WinnerOut]:
-    return [winner_out(w) for w in list_winners(session, slot=slot, hardware=hardware)]
+    rows = list_winners(session, slot=slot, hardware=hardware)
+    checked = checked_ms(session, rows)
+    return [winner_out(w, checked.get(w.id, [])) for w in rows]
 
 
 class BucketChecksCreate(BaseModel):
@@ -61,12 +66,9 @@ def create_bucket_checks(body: BucketChecksCreate, request: Request, session: Se
     if per_variant:
         check_quota(session, principal)
     created = []
-    for checks in per_variant:
-        job, run_ids = jobs_q.create_job(
-            session, variant=checks.variant, deployment=checks.deployment, model_name=checks.model_name,
-            hardware=body.hardware, configs_requested=configs_of(checks.plan), shape_filter=None,
-            submitted_by=principal.name, plan=checks.plan, queued_lease_seconds=settings.queued_lease_seconds,
-            token_id=principal.id, kind="bucket_check", fidelity="short")
+    for job, run_ids in create_check_jobs(session, per_variant, hardware=body.hardware, submitted_by=principal.name,
+                                          token_id=principal.id,
+                                          queued_lease_seconds=settings.queued_lease_seconds):
         enqueued, error = enqueue_job_runs(request, session, run_ids, job.queue)
         progress = jobs_q.job_progress(session, [job.id])[job.id]
         created.append(JobCreated(job=job_out(job, progress), runs=len(run_ids), enqueued=enqueued,
