@@ -1,4 +1,4 @@
-"""bench/plans/make_s26.py's to make_s29.py's plans ask only for runs the service takes: each item, planned as
+"""bench/plans/make_s26.py's to make_s30.py's plans ask only for runs the service takes: each item, planned as
 POST /v1/jobs plans it (the item's deployment, its shapes, the variant's space read from the file as the service
 reads it), gives one run per config, shape and batch size. The service drops a config that a shape or M does not
 admit without a word, so a plan that lost runs that way would spend a device call on less than it says."""
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize(("session", "card", "runs"), [("s26", "h200", 88), ("s26", "h100", 26), ("s27", "h200", 102),
                                                        ("s27", "h100", 14), ("s28", "h200", 170),
                                                        ("s28", "h100", 69), ("s29", "h200", 195),
-                                                       ("s29", "h100", 19)])
+                                                       ("s29", "h100", 19), ("s30", "h100", 2)])
 def test_every_config_of_the_session_plans_is_a_run(session: str, card: str, runs: int) -> None:
     plan = json.loads((REPO / f"bench/plans/{session}_{card}.json").read_text())
     total = 0
@@ -42,7 +42,7 @@ def test_every_config_of_the_session_plans_is_a_run(session: str, card: str, run
     assert total == runs
 
 
-@pytest.mark.parametrize("session", ["s26", "s27", "s28", "s29"])
+@pytest.mark.parametrize("session", ["s26", "s27", "s28", "s29", "s30"])
 def test_make_writes_the_plans_in_the_repo(session: str) -> None:
     written = sorted((REPO / "bench/plans").glob(f"{session}_*.json"))  # the cards' plans and any part of one
     before = {p.name: p.read_text() for p in written}
@@ -88,3 +88,24 @@ def test_s29_h200_is_s28_h200_with_the_new_gaps_before_its_backlog() -> None:
     s29 = json.loads((REPO / "bench/plans/s29_h200.json").read_text())["variants"]
     assert gaps[:len(s28_gaps)] == s28_gaps  # the same picks for 5-8 and 17-32, first
     assert s29 == gaps + s28[len(s28_gaps):]
+
+
+def test_s30_fills_the_bucket_one_move_could_not() -> None:
+    """h100-s29-checks has one bucket with no verdict, rmsnorm_gemm 33-64: make_s30 times it at M = 64, in configs of
+    M = 32 moved twice (the 64-row tile, then a parameter of the register budget it breaks), each one the service
+    takes there; make_s29's one move gives none."""
+    from bench.plans.make_s28 import at_m
+    from bench.plans.make_s30 import fits
+
+    plan = json.loads((REPO / "bench/plans/s30_h100.json").read_text())
+    [item] = plan["variants"]
+    assert (item["slot"], item["batch_sizes"]) == ("rmsnorm_gemm", [64])
+    db = sqlite3.connect(f"file:{REPO / 'bench/results/2026-12-07-h100-decode-tuning-h100-s29-checks'}.sqlite"
+                         "?mode=ro&immutable=1", uri=True)
+    assert ("33-64",) not in set(db.execute("SELECT batch_bucket FROM winners WHERE slot = 'rmsnorm_gemm'"))
+    m32 = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 256, "SPLIT_K": 6, "num_warps": 4, "num_stages": 2}
+    file = item["file"]
+    assert at_m(file, m32, "q_a_norm_q_b_proj", 64) is None
+    moved = fits(file, m32, "q_a_norm_q_b_proj", 64)
+    assert moved and all(c["BLOCK_M"] == 64 and sum(c[k] != m32[k] for k in m32) == 2 for c in moved)
+    assert all(c["BLOCK_M"] == 64 for c in item["configs"])
