@@ -4,7 +4,7 @@
 # - H200: the latest call A's table (decode-tuning-s29, -s28, -s27 or -s26, whichever is here): its export self-tested on the slots call A tuned, the attention input
 #   block (its mla_norms_gemm path now has H200 winners) and the decode layer (the shared expert's new kernel and
 #   o_proj's GEMV with the norm now have H200 runs);
-# - H100: the latest of tables h100-s29, -s28, -s27, -s26, -s25 that is here: its export self-tested on moe_experts_shared and
+# - H100: the latest of tables h100-s30, -s29, -s28, -s27, -s26, -s25 that is here: its export self-tested on moe_experts_shared and
 #   shared_expert (session 25's self-test ran out of its time inside the first moe_experts_shared entry), then the
 #   decode layer at M = 1, 2.
 first_of() { local f; for f in "$@"; do [ -e "$f" ] && { echo "$f"; return; }; done; }  # an unmatched glob stays as typed
@@ -17,7 +17,7 @@ if [ "$HW" = h200 ]; then
   SELFTEST="--slot shared_expert --slot dense_gemm --slot oproj_residual_norm --slot mla_norms_gemm"
   ST_S=80 ATTN=1,4,16 LAYER=1,2,4,16
 elif [ "$HW" = h100 ]; then
-  W=$(first_of bench/results/*-h100-decode-tuning-h100-s29.json bench/results/*-h100-decode-tuning-h100-s28.json bench/results/*-h100-decode-tuning-h100-s27.json \
+  W=$(first_of bench/results/*-h100-decode-tuning-h100-s30.json bench/results/*-h100-decode-tuning-h100-s29.json bench/results/*-h100-decode-tuning-h100-s28.json bench/results/*-h100-decode-tuning-h100-s27.json \
       bench/results/*-h100-decode-tuning-h100-s26.json bench/results/*-h100-decode-tuning-h100-s25.json)
   SELFTEST="--slot moe_experts_shared --slot shared_expert"
   ST_S=200 ATTN= LAYER=1,2

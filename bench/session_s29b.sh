@@ -10,7 +10,7 @@ if [ "$HW" = h200 ]; then
   W=$(first_of bench/results/*-h200-decode-tuning-s29.json bench/results/*-h200-decode-tuning-s28.json \
       bench/results/*-h200-decode-tuning-s25.json)
 elif [ "$HW" = h100 ]; then
-  W=$(first_of bench/results/*-h100-decode-tuning-h100-s29.json bench/results/*-h100-decode-tuning-h100-s28.json)
+  W=$(first_of bench/results/*-h100-decode-tuning-h100-s30.json bench/results/*-h100-decode-tuning-h100-s29.json bench/results/*-h100-decode-tuning-h100-s28.json)
 else
   echo "session 29 call B: no plan for this card: $HW"; exit 0
 fi
