@@ -18,6 +18,7 @@ import json
 import sqlite3
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -67,8 +68,11 @@ def ranked_runs(table: Path) -> tuple[dict[int, str], dict[tuple[str, str, int],
 
 
 def picks(files: dict[int, str], ranked: dict[tuple[str, str, int], list[tuple[int, str]]], slot: str, shape: str,
-          m: int, sides: tuple[int, ...]) -> list[tuple[str, dict]]:
-    """The TOP fastest distinct (file, config) of each side's leaderboard that the service would run at M (at_m)."""
+          m: int, sides: tuple[int, ...], fit: Callable[[str, dict, str, int], list[dict]] | None = None,
+          ) -> list[tuple[str, dict]]:
+    """The TOP fastest distinct (file, config) of each side's leaderboard that the service would run at M, each with
+    the configs ``fit`` makes of it at M (at_m's one by default; make_s30.py's fits may give several)."""
+    fit = fit or (lambda file, config, shape, m: [c] if (c := at_m(file, config, shape, m)) is not None else [])
     out: list[tuple[str, dict]] = []
     seen: set[tuple[str, str]] = set()
     for side in sides:
@@ -77,13 +81,14 @@ def picks(files: dict[int, str], ranked: dict[tuple[str, str, int], list[tuple[i
             if taken == TOP:
                 break
             file = files.get(vid)
-            cfg = None if file is None else at_m(file, json.loads(key), shape, m)
-            ident = (file, json.dumps(cfg, sort_keys=True))
-            if cfg is None or ident in seen:
+            fresh = [] if file is None else [c for c in fit(file, json.loads(key), shape, m)
+                                             if (file, json.dumps(c, sort_keys=True)) not in seen]
+            if not fresh:
                 continue
-            seen.add(ident)
             taken += 1
-            out.append((file, cfg))
+            for cfg in fresh:
+                seen.add((file, json.dumps(cfg, sort_keys=True)))
+                out.append((file, cfg))
     return out
 
 

@@ -17,6 +17,7 @@ import json
 import sqlite3
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -49,13 +50,14 @@ def nearest(timed: set[int], m: int) -> tuple[int, ...]:
     return tuple(x for x in (max(below, default=None), min(above, default=None)) if x is not None)
 
 
-def plan_for(table: Path, hardware: str) -> dict:
+def plan_for(table: Path, hardware: str, fit: Callable[[str, dict, str, int], list[dict]] | None = None) -> dict:
+    """``fit``: how a neighbour's config is made to run at the gap's M (picks' default, one parameter moved)."""
     files, ranked = ranked_runs(table)
     picked: dict[tuple[str, str, int, str], list[dict]] = defaultdict(list)
     for (slot, shape), ms in gaps(table, hardware).items():
         timed = {m for s, n, m in ranked if (s, n) == (slot, shape)}
         for m in ms:
-            for file, cfg in picks(files, ranked, slot, shape, m, nearest(timed - {m}, m)):
+            for file, cfg in picks(files, ranked, slot, shape, m, nearest(timed - {m}, m), fit):
                 picked[slot, shape, m, file].append(cfg)
     plan = plan_of(picked)
     # session 28's buckets first (5-8, 17-32), in its order, then the rest by M (a stable sort)

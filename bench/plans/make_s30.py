@@ -15,14 +15,13 @@ Run from the repo root.
 
 import json
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from plans.make_s28 import TOP, at_m, plan_of, ranked_runs  # noqa: E402
-from plans.make_s29 import gaps, nearest  # noqa: E402
+from plans.make_s28 import at_m  # noqa: E402
+from plans.make_s29 import plan_for  # noqa: E402
 from plans.plan_lib import check, file_space, filled, runs_at  # noqa: E402
 
 TABLES = {"h100": Path("bench/results/2026-12-07-h100-decode-tuning-h100-s29-checks.json")}
@@ -54,46 +53,9 @@ def fits(file: str, config: dict, shape: str, m: int) -> list[dict]:
     return []
 
 
-def fitted(files: dict[int, str], ranked: dict, slot: str, shape: str, m: int,
-           sides: tuple[int, ...]) -> list[tuple[str, dict]]:
-    """make_s28's picks with fits: each side's TOP fastest distinct leaderboard entries that fit M, with every config
-    fits gives for them."""
-    out: list[tuple[str, dict]] = []
-    seen: set[tuple[str, str]] = set()
-    for side in sides:
-        taken = 0
-        for vid, key in ranked.get((slot, shape, side), []):
-            if taken == TOP:
-                break
-            file = files.get(vid)
-            fresh = [(file, c) for c in (fits(file, json.loads(key), shape, m) if file else [])
-                     if (file, json.dumps(c, sort_keys=True)) not in seen]
-            if not fresh:
-                continue
-            taken += 1
-            for file_cfg in fresh:
-                seen.add((file_cfg[0], json.dumps(file_cfg[1], sort_keys=True)))
-                out.append(file_cfg)
-    return out
-
-
-def plan_for(table: Path, hardware: str) -> dict:
-    files, ranked = ranked_runs(table)
-    picked: dict[tuple[str, str, int, str], list[dict]] = defaultdict(list)
-    for (slot, shape), ms in gaps(table, hardware).items():
-        timed = {m for s, n, m in ranked if (s, n) == (slot, shape)}
-        for m in ms:
-            for file, cfg in fitted(files, ranked, slot, shape, m, nearest(timed - {m}, m)):
-                picked[slot, shape, m, file].append(cfg)
-    plan = plan_of(picked)
-    # as make_s29 orders them: 5-8 and 17-32 first, then the rest by M (a stable sort)
-    plan["variants"].sort(key=lambda item: (0, 0) if item["batch_sizes"][0] in (8, 32) else (1, item["batch_sizes"][0]))
-    return plan
-
-
 if __name__ == "__main__":
     for card, table in TABLES.items():
-        plan = plan_for(table, card)
+        plan = plan_for(table, card, fit=fits)
         out = Path(f"bench/plans/s30_{card}.json")
         out.write_text(json.dumps(plan, indent=1) + "\n")
         print(f"{out}: {check(plan)} runs in {len(plan['variants'])} items")
