@@ -10,7 +10,8 @@ stock. Passed ones become the entry's evidence at those M (export/collect.py), s
 Asked for through POST /v1/winners/bucket-checks, or by the API itself with ``KT_AUTO_BUCKET_CHECKS=1``
 (``auto_checks_forever``): every interval it plans the checks of every model's winners on every hardware, so that a
 new winner is checked at its whole bucket without anyone asking (DESIGN.md: a winner has passed every check at every
-batch size of its bucket). The plan skips M already queued or running, so a round adds only what is new.
+batch size of its bucket). The plan skips M already queued or running, so a round adds only what is new, and M whose
+check was cancelled (a cancelled job stays cancelled; the POST plans it again).
 """
 
 from __future__ import annotations
@@ -45,10 +46,12 @@ class VariantChecks:
     plan: list[PlannedRun]
 
 
-def plan_bucket_checks(session: Session, *, hardware: str, model: str) -> tuple[list[VariantChecks], int]:
+def plan_bucket_checks(session: Session, *, hardware: str, model: str,
+                       skip_cancelled: bool = False) -> tuple[list[VariantChecks], int]:
     """Per variant, the (config, shape, M) runs that would check each exported winner of (hardware, model) at the M
-    of its bucket with no done run of its (variant, config) and none queued or running; and how many entries need
-    any. Winners the export would refuse are left out (their bucket is not shipped)."""
+    of its bucket with no done run of its (variant, config) and none queued or running (nor, with
+    ``skip_cancelled``, a cancelled one: someone stopped it, and only an explicit request plans it again); and how
+    many entries need any. Winners the export would refuse are left out (their bucket is not shipped)."""
     by_variant: dict[int, VariantChecks] = {}
     entries = 0
     for entry in collect(session, hardware=hardware, model=model).entries:
@@ -59,7 +62,8 @@ def plan_bucket_checks(session: Session, *, hardware: str, model: str) -> tuple[
         assert run is not None  # collect read it a moment ago in this session
         pending = set(session.scalars(select(Run.m).where(
             Run.variant_id == run.variant_id, Run.config_key == run.config_key, Run.shape_key == run.shape_key,
-            Run.hardware == run.hardware, Run.m.in_(missing), Run.status.in_(("queued", "running")))))
+            Run.hardware == run.hardware, Run.m.in_(missing),
+            Run.status.in_(("queued", "running", "cancelled") if skip_cancelled else ("queued", "running")))))
         todo = [m for m in missing if m not in pending]
         if not todo:
             continue
@@ -103,7 +107,7 @@ def auto_check_once(factory: sessionmaker[Session], enqueue: EnqueueFn, queued_l
     created = 0
     with factory() as session:
         for hardware, model in check_targets(session):
-            plan, _ = plan_bucket_checks(session, hardware=hardware, model=model)
+            plan, _ = plan_bucket_checks(session, hardware=hardware, model=model, skip_cancelled=True)
             for job, run_ids in create_check_jobs(session, plan, hardware=hardware, submitted_by=AUTO_SUBMITTER,
                                                   token_id=None, queued_lease_seconds=queued_lease_seconds):
                 created += len(run_ids)

@@ -118,6 +118,10 @@ def test_automatic_checks_plan_each_new_winner_once_and_survive_a_broker_failure
     enqueue_recorder.fail_with = None
     assert auto_check_once(factory, enqueue_recorder, 3600) == 0  # queued already: not planned twice
     assert _coverage(client) == ([4], [3])  # queued is not checked
+    assert client.post(f"/v1/jobs/{job.id}/cancel").status_code == 200
+    assert auto_check_once(factory, enqueue_recorder, 3600) == 0  # someone cancelled it: the loop leaves it
+    again = client.post("/v1/winners/bucket-checks", json={"hardware": "cpu", "model": job.model_name})
+    assert again.status_code == 201 and again.json()["runs"] == 1  # asked for explicitly: planned again
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
