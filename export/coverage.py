@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from export.collect import Collection, Entry, bucket_lo
 from export.errors import Problem
-from kernels.deployment import DEFAULT_BATCHES, batch_bucket, bucket_ms, spans
+from kernels.deployment import DEFAULT_BATCHES, batch_bucket, spans, unchecked_in
 
 
 def untuned(got: Collection, batch_sizes: Iterable[int] = DEFAULT_BATCHES) -> list[Problem]:
@@ -32,7 +32,7 @@ def untuned(got: Collection, batch_sizes: Iterable[int] = DEFAULT_BATCHES) -> li
 
 def unchecked_ms(entry: Entry) -> list[int]:
     """The M of the entry's bucket that none of its runs checked."""
-    return sorted(set(bucket_ms(entry.bucket)) - set(entry.ms))
+    return unchecked_in(entry.bucket, entry.ms)
 
 
 def unchecked(got: Collection) -> list[Problem]:

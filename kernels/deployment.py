@@ -29,6 +29,11 @@ def bucket_ms(bucket: str) -> list[int]:
     return list(range(int(lo), int(hi or lo) + 1))
 
 
+def unchecked_in(bucket: str, checked: Iterable[int]) -> list[int]:
+    """The M of the bucket not in ``checked``: where a bucket's kernel serves batch sizes no run checked."""
+    return sorted(set(bucket_ms(bucket)) - set(checked))
+
+
 def spans(ms: Iterable[int]) -> str:
     """[3, 5, 6, 7] -> "3,5-7"."""
     out: list[list[int]] = []

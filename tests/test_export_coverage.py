@@ -1,9 +1,11 @@
-"""export/coverage.py's unchecked(): the batch sizes a tuned entry serves that none of its runs checked."""
+"""export/coverage.py's unchecked(): the batch sizes a tuned entry serves that none of its runs checked (and the
+bucket helpers it shares with GET /v1/winners, kernels/deployment.py)."""
 
 from __future__ import annotations
 
 from export.collect import Collection, Entry, RunEvidence
-from export.coverage import bucket_ms, spans, unchecked
+from export.coverage import unchecked
+from kernels.deployment import bucket_ms, spans, unchecked_in
 
 
 def _entry(slot: str, bucket: str, ms: list[int]) -> Entry:
@@ -15,6 +17,7 @@ def _entry(slot: str, bucket: str, ms: list[int]) -> Entry:
 def test_spans_and_bucket_ms() -> None:
     assert spans([7, 3, 5, 6]) == "3,5-7" and spans([33]) == "33" and spans(range(17, 32)) == "17-31"
     assert bucket_ms("5-8") == [5, 6, 7, 8] and bucket_ms("2") == [2]
+    assert unchecked_in("5-8", [8, 6, 6]) == [5, 7] and unchecked_in("2", [2]) == [] and unchecked_in("3-4", []) == [3, 4]
 
 
 def test_unchecked_names_each_served_m_no_run_checked() -> None:

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from db.models import Winner
 from db.queries import jobs as jobs_q
 from db.queries.winners import checked_ms, list_winners
-from kernels.deployment import bucket_ms
+from kernels.deployment import unchecked_in
 from service.auth import PrincipalDep, check_quota
 from service.bucket_checks import create_check_jobs, plan_bucket_checks
 from service.deps import SessionDep, SettingsDep
@@ -34,7 +34,7 @@ def winner_out(w: Winner, checked: list[int]) -> WinnerOut:
             speedup_ci_hi=run.speedup_ci_hi, frac_of_floor=run.frac_of_floor, uses_library=run.uses_library,
             check=run.check, bench=run.bench, **HeadToHead.of(run),
             fingerprint=FingerprintOut.model_validate(run.fingerprint) if run.fingerprint else None,
-            checked_ms=checked, unchecked_ms=sorted(set(bucket_ms(w.batch_bucket)) - set(checked)))
+            checked_ms=checked, unchecked_ms=unchecked_in(w.batch_bucket, checked))
     return WinnerOut(slot=w.slot, shape_key=w.shape_key, shape_name=w.shape_name, batch_bucket=w.batch_bucket,
                      hardware=w.hardware, is_stock=w.is_stock, updated_at=w.updated_at, evidence=evidence)
 
