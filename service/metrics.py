@@ -19,7 +19,9 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from db.models import Run, utcnow
+from db.models import Run, Winner, utcnow
+from db.queries.winners import checked_ms
+from kernels.deployment import unchecked_in
 
 STAGES = ("compile", "check", "bench")
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, float("inf"))
@@ -89,6 +91,7 @@ class DatabaseCollector(Collector):
             yield from self._verdicts(session)
             yield from self._gpu_seconds(session)
             yield from self._workers(session)
+            yield from self._winners(session)
             self.stages.update(session)
         yield self.stages.family()
 
@@ -149,6 +152,32 @@ class DatabaseCollector(Collector):
             runs.add_metric([worker], busy.get(worker, 0))
         yield last
         yield runs
+
+
+    def _winners(self, session: Session) -> Iterator[Metric]:
+        """Winners by how far their evidence reaches: stock kept, tuned and checked at every M of the bucket, or tuned
+        with batch sizes of the bucket that no run checked (and how many such M: what bucket checks have left)."""
+        winners = list(session.scalars(select(Winner)))
+        checked = checked_ms(session, winners)
+        counts: dict[tuple[str, str], int] = {}
+        open_ms: dict[str, int] = {}
+        for w in winners:
+            missing = [] if w.is_stock else unchecked_in(w.batch_bucket, checked.get(w.id, []))
+            state = "stock" if w.is_stock else ("unchecked" if missing else "checked")
+            counts[w.hardware, state] = counts.get((w.hardware, state), 0) + 1
+            open_ms[w.hardware] = open_ms.get(w.hardware, 0) + len(missing)
+        fam = GaugeMetricFamily("kerneltune_winners", "Winners per hardware: stock, tuned and checked at every batch "
+                                "size of the bucket (checked), or tuned with batch sizes no run checked (unchecked)",
+                                labels=["hardware", "state"])
+        for (hardware, state), n in sorted(counts.items()):
+            fam.add_metric([hardware, state], n)
+        yield fam
+        gap = GaugeMetricFamily("kerneltune_winner_unchecked_batch_sizes",
+                                "Batch sizes that tuned winners serve and no run checked (bucket checks left)",
+                                labels=["hardware"])
+        for hardware, n in sorted(open_ms.items()):
+            gap.add_metric([hardware], n)
+        yield gap
 
 
 def make_registry(factory: sessionmaker[Session], running_lease_seconds: float) -> CollectorRegistry:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-from datetime import timedelta
 from typing import Any, Callable
 
 from fastapi.testclient import TestClient
@@ -70,6 +69,13 @@ def test_metrics_from_the_database(client: TestClient, run_result: Callable[...,
     assert abs(w2 - before.timestamp()) < 5
     assert samples(fams["kerneltune_worker_running_runs"], "kerneltune_worker_running_runs", worker="w2@host") == [1]
     assert samples(seen, "kerneltune_worker_last_seen_timestamp_seconds", worker="w1@host")
+    # o_proj's bucket 1: the M = 1 pass, checked at its only M; 3-4: its config failed at M = 3, stock kept
+    winners = fams["kerneltune_winners"]
+    assert samples(winners, "kerneltune_winners", hardware="cpu", state="checked") == [1]
+    assert samples(winners, "kerneltune_winners", hardware="cpu", state="stock") == [1]
+    assert samples(winners, "kerneltune_winners", hardware="cpu", state="unchecked") == []
+    assert samples(fams["kerneltune_winner_unchecked_batch_sizes"], "kerneltune_winner_unchecked_batch_sizes",
+                   hardware="cpu") == [0]
     # A second scrape does not count the same runs again (the histogram is incremental).
     again = scrape(client)["kerneltune_evaluation_stage_seconds"]
     assert samples(again, "kerneltune_evaluation_stage_seconds_count", stage="compile") == [2]
@@ -105,3 +111,20 @@ def test_api_request_lines_are_json(client: TestClient, capsys: Any) -> None:
     [line] = [x for x in lines if x.get("logger") == "kerneltune.access" and x.get("path") == "/v1/jobs/12345"]
     assert (line["status"], line["job_id"], line["method"], line["token"]) == (404, "12345", "GET", "test-admin")
     assert line["duration_ms"] >= 0
+
+
+def test_a_winner_measured_at_one_m_of_its_bucket_is_counted_unchecked(
+        client: TestClient, run_result: Callable[..., dict[str, Any]]) -> None:
+    v = client.post("/v1/variants", json={"slot": "dense_gemm", "language": "torch",
+                                          "source": "def build(config, shape):\n    pass\n",
+                                          "config_space": {"BLOCK": [64]}, "provenance": {"author": "a"}}).json()
+    job = client.post("/v1/jobs", json={"variant_id": v["id"], "deployment": {**DEPLOY, "batch_sizes": [8]},
+                                        "shapes": ["o_proj"]}).json()
+    [run] = [r["id"] for r in client.get(f"/v1/jobs/{job['job']['id']}/runs").json()]
+    with client.app.state.session_factory() as s:  # type: ignore[attr-defined]
+        claim_run(s, run, "w1@host", 30)
+        record_result(s, run, run_result(run))
+    fams = scrape(client)  # bucket 5-8's winner was checked at M = 8: M = 5, 6 and 7 are open
+    assert samples(fams["kerneltune_winners"], "kerneltune_winners", hardware="cpu", state="unchecked") == [1]
+    assert samples(fams["kerneltune_winner_unchecked_batch_sizes"], "kerneltune_winner_unchecked_batch_sizes",
+                   hardware="cpu") == [3]
