@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from kernels.deployment import spans
 from service.cli import app as cli
 from service.client import Client
 from service.embedded import EmbeddedStack
@@ -122,6 +123,21 @@ def test_dashboard_shows_real_results(stack: EmbeddedStack, populated: dict[str,
             assert sorted(ys) == sorted(max(e["speedup"] for e in g["entries"] if e["variant_id"] == v)
                                         for g in groups for v in {e["variant_id"] for e in g["entries"]})
             assert "No search has reported results yet" in page.locator("#search-chart").inner_text()
+            # winners of the selected slot, each with the batch sizes of its bucket that no run checked (the jobs ran
+            # M = 1, 2, 4: a tuned winner of bucket 3-4 serves M = 3 unchecked; whether one beats stock is the CPU's say)
+            slot = page.locator("#slot-select").input_value()
+            won = [w for w in Client(stack.url, token=reader).get("/v1/winners") if w["slot"] == slot]
+            page.wait_for_function(f"document.querySelectorAll('#winners tbody tr').length === {len(won)}",
+                                   timeout=30_000)
+            for w in won:
+                row = page.locator(f"#winners tbody tr[data-bucket='{w['shape_name']} {w['batch_bucket']} {w['hardware']}']")
+                if w["is_stock"]:
+                    assert "stock" in row.inner_text()
+                    continue
+                want = spans(w["evidence"]["unchecked_ms"]) or "-"
+                assert row.locator("td.unchecked-m").inner_text() == want, (w, row.inner_text())
+            assert page.locator("#winners td.unchecked-m.open").count() == sum(
+                1 for w in won if not w["is_stock"] and w["evidence"]["unchecked_ms"])
             diff = page.locator("#diff").inner_text()
             assert "+    step = n // n_chunks  # one chunk per split" in diff and "-    step = n // n_chunks\n" in diff
             jobs_text = page.locator("#jobs tbody").inner_text()

@@ -4,7 +4,7 @@
 const TOKEN_KEY = "kerneltune.token";
 const JOBS_EVERY_MS = 2000;
 const BOARD_EVERY_MS = 5000;
-const state = { slot: null, board: [], variantsKey: null, lastBoardJson: "", searchesPath: undefined };
+const state = { slot: null, board: [], winners: [], variantsKey: null, lastBoardJson: "", searchesPath: undefined };
 
 const $ = (id) => document.getElementById(id);
 const token = () => localStorage.getItem(TOKEN_KEY) || "";
@@ -37,6 +37,16 @@ function cell(row, text, cls) {
 }
 
 const num = (v, digits = 2) => (v === null || v === undefined ? "-" : Number(v).toFixed(digits));
+
+// [3, 5, 6, 7] -> "3,5-7" (as the CLI writes batch sizes)
+function spans(ms) {
+  const out = [];
+  for (const m of [...new Set(ms)].sort((a, b) => a - b)) {
+    const last = out[out.length - 1];
+    if (last && m === last[1] + 1) last[1] = m; else out.push([m, m]);
+  }
+  return out.map(([a, b]) => (a === b ? `${a}` : `${a}-${b}`)).join(",");
+}
 
 // --- jobs ------------------------------------------------------------------------------------------
 
@@ -120,6 +130,32 @@ function renderLeaderboard(groups) {
   }
 }
 
+function renderWinners(winners) {
+  const body = $("winners").querySelector("tbody");
+  body.replaceChildren();
+  $("winners-empty").hidden = winners.length > 0;
+  for (const w of winners) {
+    const tr = document.createElement("tr");
+    tr.dataset.bucket = `${w.shape_name} ${w.batch_bucket} ${w.hardware}`;
+    const ev = w.evidence;
+    cell(tr, w.shape_name);
+    cell(tr, w.batch_bucket);
+    cell(tr, w.hardware);
+    if (w.is_stock || !ev) {
+      cell(tr, "stock", "stock");
+      for (let i = 0; i < 5; i++) cell(tr, "-");
+    } else {
+      cell(tr, `${ev.variant_id} ${ev.language}`);
+      cell(tr, JSON.stringify(ev.config), "config");
+      cell(tr, num(ev.median_us));
+      cell(tr, num(ev.speedup, 3));
+      cell(tr, spans(ev.checked_ms) || "-", "checked-m");
+      cell(tr, spans(ev.unchecked_ms) || "-", ev.unchecked_ms.length ? "unchecked-m open" : "unchecked-m");
+    }
+    body.appendChild(tr);
+  }
+}
+
 function speedupSeries(groups) {
   // One series per (variant, shape, hardware): the best config's speedup at each M.
   const series = new Map();
@@ -176,10 +212,12 @@ async function pollBoard() {
   if (!token()) return;
   try {
     const board = await api("/v1/leaderboard?per_group=50");
-    const text = JSON.stringify(board);
+    const winners = await api("/v1/winners");
+    const text = JSON.stringify([board, winners]);
     if (text !== state.lastBoardJson) {
       state.lastBoardJson = text;
       state.board = board;
+      state.winners = winners;
       renderSlotSelect(board);
       redrawSlot();
     }
@@ -193,6 +231,7 @@ async function pollBoard() {
 function redrawSlot() {
   const groups = state.board.filter((g) => g.slot === state.slot);
   renderLeaderboard(groups);
+  renderWinners(state.winners.filter((w) => w.slot === state.slot));
   renderPlots(groups);
 }
 
