@@ -25,12 +25,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.models import Job, Run, Variant, Winner
-from db.queries import runs as runs_q
 from db.queries.jobs import PlannedRun, create_job
 from export.collect import collect
 from export.coverage import unchecked_ms
 from kernels.slots.base import Shape
-from service.deps import EnqueueFn
+from service.deps import EnqueueFn, send_runs
 
 log = logging.getLogger("kerneltune.bucket_checks")
 # Who the automatic checks' jobs say submitted them (no token: the API's own work, outside any quota).
@@ -111,12 +110,9 @@ def auto_check_once(factory: sessionmaker[Session], enqueue: EnqueueFn, queued_l
             for job, run_ids in create_check_jobs(session, plan, hardware=hardware, submitted_by=AUTO_SUBMITTER,
                                                   token_id=None, queued_lease_seconds=queued_lease_seconds):
                 created += len(run_ids)
-                try:
-                    enqueue(run_ids, job.queue)
-                except Exception as exc:  # any broker failure: the runs exist, the sweeper re-enqueues them
-                    log.warning("bucket checks of job %d: enqueue to %s failed (%s); left for the sweeper",
-                                job.id, job.queue, exc)
-                    runs_q.mark_enqueue_failed(session, run_ids)
+                error = send_runs(session, enqueue, run_ids, job.queue)
+                if error is not None:
+                    log.warning("bucket checks of job %d: %s; left for the sweeper", job.id, error)
                 else:
                     log.info("bucket checks: job %d, %d runs on %s (%s, %s)", job.id, len(run_ids), job.queue,
                              hardware, model)

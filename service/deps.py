@@ -9,6 +9,8 @@ from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from db.queries.runs import mark_enqueue_failed
+
 from service.settings import Settings
 
 EnqueueFn = Callable[[list[str], str], object]
@@ -57,6 +59,21 @@ def resolve_enqueue(request: Request) -> EnqueueFn | str:
     except ImportError as exc:
         return f"workers.dispatch is not importable: {exc}"
     return enqueue_runs
+
+
+def send_runs(session: Session, enqueue: EnqueueFn | str, run_ids: list[str], queue: str) -> str | None:
+    """Enqueue committed runs; None when sent, else why not. A refused send (no enqueue function, or any broker
+    failure) marks the runs stale at once, so the next sweep enqueues them: the runs are never lost."""
+    if isinstance(enqueue, str):
+        error: str | None = enqueue
+    else:
+        try:
+            enqueue(run_ids, queue)
+            return None
+        except Exception as exc:  # any broker failure: the runs exist, the sweeper retries
+            error = f"enqueue to {queue} failed: {type(exc).__name__}: {exc}"
+    mark_enqueue_failed(session, run_ids)
+    return error
 
 
 def resolve_broker_ping(request: Request) -> PingFn | str:

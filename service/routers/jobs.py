@@ -19,7 +19,7 @@ from kernels.specs import SpecError
 from kernels.slots.base import Shape
 from search.space import ConfigSpace, SpaceError
 from service.auth import Principal, PrincipalDep, check_quota
-from service.deps import SessionDep, SettingsDep, resolve_enqueue
+from service.deps import SessionDep, SettingsDep, resolve_enqueue, send_runs
 from service.errors import ERROR_RESPONSES, ApiError, invalid, not_found
 from service.schemas import CancelOut, JobCreate, JobCreated, JobOut, Progress, RunDetail, RunOut
 
@@ -152,18 +152,9 @@ def create_job(body: JobCreate, request: Request, response: Response, session: S
 def enqueue_job_runs(request: Request, session: SessionDep, run_ids: list[str],
                      queue: str) -> tuple[bool, str | None]:
     """Runs are committed before this: a broker failure leaves them queued and stale for the sweeper."""
-    fn = resolve_enqueue(request)
-    error: str | None = None
-    if isinstance(fn, str):
-        error = fn
-    else:
-        try:
-            fn(run_ids, queue)
-        except Exception as exc:  # any broker failure: the job exists, the sweeper retries
-            error = f"enqueue to {queue} failed: {type(exc).__name__}: {exc}"
+    error = send_runs(session, resolve_enqueue(request), run_ids, queue)
     if error is not None:
         log.warning("%s (%d runs left for the sweeper)", error, len(run_ids))
-        runs_q.mark_enqueue_failed(session, run_ids)
         return False, error
     return True, None
 
