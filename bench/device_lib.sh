@@ -7,6 +7,9 @@
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PYTHONUNBUFFERED=1 KT_DATA_DIR=/tmp/kt
+# A warm machine keeps /tmp from the call before: its service data folders (results already back under its $OUT) would
+# make bench/service_tuning.py --resume-db refuse to start, so each call starts them afresh.
+rm -rf /tmp/kt-service-*
 L=$OUT/run.log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$L"
 run() { echo "== $(date +%T) $*" >> "$L"; "$@" >> "$L" 2>&1; echo "== exit $? $(date +%T)" >> "$L"; }
@@ -26,6 +29,8 @@ selftest_exported() {
     echo "== selftest exit $? $(date +%T)" >> "$L"
   done
 }
+# first_of PATH...: the first of the paths that exists (a session script's latest table; an unmatched glob stays as typed)
+first_of() { local f; for f in "$@"; do [ -e "$f" ] && { echo "$f"; return; }; done; }
 # carried_table W: the start of a call on a table carried in bench/results/ (W: its JSON; empty when none is here, which
 # ends the call): logs it, puts CuTe DSL on the self-test's path (use_plan) and writes /tmp/no_runs.json, a plan of no runs
 carried_table() {
@@ -95,12 +100,18 @@ tune_then_layer() {
   layer_after_tuning "$KT_WHAT" "$2" "$3"
   grep -E "^== |M= *[0-9]|rror" "$L" | tail -20
 }
+# tune_in_call: bench/h200_session_x.sh as the H200 form of a call runs it (sessions 26-29): the KT_PLAN, KT_WHAT,
+# KT_TUNING_S and KT_RESUME_DB the caller exported, on the card the caller found ($HW), no MoE or attention block, no
+# self-test.
+tune_in_call() {
+  KT_REQUIRE_HW=$HW KT_MOE_BATCHES=none KT_ATTN_BATCHES= KT_SELFTEST_S=0 bash "$(dirname "${BASH_SOURCE[0]}")/h200_session_x.sh"
+}
 # tune_then_layer_in_call BATCHES MIN_S: the H200 form of a call (sessions 26-28): bench/h200_session_x.sh with the
 # KT_PLAN, KT_WHAT, KT_TUNING_S and KT_RESUME_DB the caller exported, on the card the caller found ($HW), with no MoE or
-# attention block and no self-test; then the decode layer at BATCHES in what is left of the call (KT_CALL_S: the
+# attention block and no self-test (tune_in_call); then the decode layer at BATCHES in what is left of the call (KT_CALL_S: the
 # command's 600 s less the install, 550 by default) if that is at least MIN_S; then the log's summary lines.
 tune_then_layer_in_call() {
-  KT_REQUIRE_HW=$HW KT_MOE_BATCHES=none KT_ATTN_BATCHES= KT_SELFTEST_S=0 bash "$(dirname "${BASH_SOURCE[0]}")/h200_session_x.sh"
+  tune_in_call
   local left=$(( ${KT_CALL_S:-550} - SECONDS ))  # the install before the script takes ~30 s of the call's limit
   if [ "$left" -ge "$2" ]; then layer_after_tuning "$KT_WHAT" "$1" "$left"; else echo "== no time for the layer" >> "$L"; fi
   grep -E "^== |M= *[0-9]|rror" "$L" | tail -12

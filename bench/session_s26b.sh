@@ -7,8 +7,8 @@
 # - H100: the latest of tables h100-s30, -s29, -s28, -s27, -s26, -s25 that is here: its export self-tested on moe_experts_shared and
 #   shared_expert (session 25's self-test ran out of its time inside the first moe_experts_shared entry), then the
 #   decode layer at M = 1, 2.
-first_of() { local f; for f in "$@"; do [ -e "$f" ] && { echo "$f"; return; }; done; }  # an unmatched glob stays as typed
 HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
+source "$(dirname "$0")/device_lib.sh"  # first_of, and the log under $OUT
 if [ "$HW" = h200 ]; then
   # sessions 27-29's calls (bench/session_s27a.sh, session_s28b.sh, session_s29a.sh) write decode-tuning-s27 / -s28 / -s29: their tables
   # extend s26's plan; the latest session's that is here (not ls -t: a checkout's mtimes are when it was copied)
@@ -24,7 +24,6 @@ elif [ "$HW" = h100 ]; then
 else
   echo "session 26 call B: no plan for this card: $HW"; exit 0
 fi
-source "$(dirname "$0")/device_lib.sh"
 export KT_LOG_FORMAT=plain
 carried_table "$W"
 export_table "$W" export-s26b /tmp/s26b-export

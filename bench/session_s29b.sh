@@ -4,8 +4,8 @@
 # at the M its runs measured: dispatch runs a bucket's winner at all of the bucket's M (the M = 8 winner at M = 5-7),
 # and nothing had checked those. Untimed at the extra M; the measured M are timed as in any self-test (3 rounds).
 # KT_SELFTEST_S (480 by default) bounds it; each entry prints as it finishes, so a cut run still shows what it checked.
-first_of() { local f; for f in "$@"; do [ -e "$f" ] && { echo "$f"; return; }; done; }  # an unmatched glob stays as typed
 HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
+source "$(dirname "$0")/device_lib.sh"  # first_of, and the log under $OUT
 if [ "$HW" = h200 ]; then
   W=$(first_of bench/results/*-h200-decode-tuning-s29.json bench/results/*-h200-decode-tuning-s28.json \
       bench/results/*-h200-decode-tuning-s25.json)
@@ -14,7 +14,6 @@ elif [ "$HW" = h100 ]; then
 else
   echo "session 29 call B: no plan for this card: $HW"; exit 0
 fi
-source "$(dirname "$0")/device_lib.sh"
 export KT_LOG_FORMAT=plain
 carried_table "$W"
 export_table "$W" export-s29b /tmp/s29b-export

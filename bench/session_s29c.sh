@@ -9,7 +9,7 @@ HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h
 export KT_PLAN=bench/plans/s29_h200.json KT_WHAT=decode-tuning-s29 KT_TUNING_S=${KT_TUNING_S:-300} \
   KT_RESUME_DB=bench/results/2026-12-06-h200-decode-tuning-s25.sqlite
 source "$(dirname "$0")/device_lib.sh"
-KT_REQUIRE_HW=$HW KT_MOE_BATCHES=none KT_ATTN_BATCHES= KT_SELFTEST_S=0 bash "$(dirname "$0")/h200_session_x.sh"
+tune_in_call
 use_plan "$KT_PLAN"  # here too, for KT_SELFTEST_PATH: CuTe DSL on the self-test's path (the CuTe entries need it)
 left=$(( ${KT_CALL_S:-550} - SECONDS ))
 if [ "$left" -ge 60 ]; then selftest_every_m "$OUT" "$left"; else echo "== no time for the every-M self-test" >> "$L"; fi

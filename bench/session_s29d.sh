@@ -4,8 +4,8 @@
 # that no run measured (bench/service_tuning.py --bucket-checks-s: POST /v1/winners/bucket-checks, short runs on the
 # workers) for KT_CHECKS_S seconds (200 by default); what is not done by then is cancelled and reported. The table it
 # writes (decode-tuning-...-checks) is the resumed one with those runs in it; its export lists what is still unchecked.
-first_of() { local f; for f in "$@"; do [ -e "$f" ] && { echo "$f"; return; }; done; }  # an unmatched glob stays as typed
 HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
+source "$(dirname "$0")/device_lib.sh"  # first_of, and the log under $OUT
 if [ "$HW" = h200 ]; then
   W=$(first_of bench/results/*-h200-decode-tuning-s29.json bench/results/*-h200-decode-tuning-s25.json)
 elif [ "$HW" = h100 ]; then
@@ -14,7 +14,6 @@ elif [ "$HW" = h100 ]; then
 else
   echo "session 29 call D: no plan for this card: $HW"; exit 0
 fi
-source "$(dirname "$0")/device_lib.sh"
 export KT_LOG_FORMAT=plain
 carried_table "$W"  # CuTe DSL importable here, or the CuTe winners' checks could not compile
 S=${KT_CHECKS_S:-200}

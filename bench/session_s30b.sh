@@ -14,7 +14,6 @@ esac
 source "$(dirname "$0")/device_lib.sh"
 export KT_LOG_FORMAT=plain KT_RUN_TIMEOUT_S=${KT_RUN_TIMEOUT_S:-120}
 S=${KT_CHECKS_S:-120}
-rm -rf /tmp/kt-service-s30b  # a warm machine's earlier call: --resume-db wants a fresh data dir
 run timeout $(( S + 240 )) python3 bench/service_tuning.py --plan bench/plans/s30_h100.json --hardware h100 \
     --what decode-tuning-h100-s30 --workers "${KT_WORKERS:-12}" --export --budget-s 150 --bucket-checks-s "$S" \
     --resume-db bench/results/2026-12-07-h100-decode-tuning-h100-s29-checks.sqlite --data-dir /tmp/kt-service-s30b \
