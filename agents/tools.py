@@ -603,6 +603,7 @@ class ExportArgs(_Args):
     version: str = Field("0.1.0", description="package version")
     every_m: bool = Field(False, description="ship a winner only where its runs checked every batch size its bucket "
                                              "serves (check_buckets fills the rest)")
+    aot: bool = Field(True, description="compile the CuTe DSL entries ahead of time, so vLLM JIT-compiles nothing")
 
 
 class ExportOut(BaseModel):

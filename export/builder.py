@@ -29,6 +29,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
+from export import aot as aot_builds
 from export import fused_moe_configs as fmc
 from export.collect import Collection, bucket_lo, collect
 from export.coverage import unchecked, untuned
@@ -39,8 +40,11 @@ from kernels.deployment import BATCH_BUCKETS
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FORMAT = 1
 ZIP_EPOCH_MIN = 315532800  # 1980-01-01: the earliest time a zip entry can carry
-TEMPLATE_FILES = ("__init__.py", "dispatch.py", "plugin.py", "selftest.py", "reference.py")
+TEMPLATE_FILES = ("__init__.py", "aot.py", "dispatch.py", "plugin.py", "selftest.py", "reference.py")
 LANGUAGE_DEPENDENCIES = {"triton": "triton", "cute": "nvidia-cutlass-dsl"}
+# what loading the ahead-of-time builds needs beside CuTe DSL's runtime library: the tvm-ffi runtime, from the
+# version whose load_module CuTe DSL 4.3.5 calls (keep_module_alive) on
+AOT_RUNTIME_DEPENDENCY = "apache-tvm-ffi>=0.1.6,<0.2"
 BUILD_TIMEOUT_S = 300
 
 
@@ -62,6 +66,8 @@ class ExportResult(BaseModel):
     unchecked: list[Problem] = []
     fused_moe_files: list[str]
     export_id: int
+    # CuTe DSL kernels compiled ahead of time (export/aot.py): how many, for which arch, and what is left to JIT
+    aot: aot_builds.AotReport = aot_builds.AotReport()
 
 
 def slug(text: str) -> str:
@@ -76,13 +82,15 @@ def package_name(model: str, hardware: str) -> str:
 
 
 def export_package(session: Session, *, hardware: str, model: str, out_dir: Path | str, allow_partial: bool = False,
-                   version: str = "0.1.0", every_m: bool = False) -> ExportResult:
+                   version: str = "0.1.0", every_m: bool = False, aot: bool = True) -> ExportResult:
     """Export the winners of ``model`` on ``hardware`` as a wheel in ``out_dir`` and record it.
 
     Raises ExportRefused (listing each problem) when a winner lacks evidence, has evidence from other
     hardware, or nothing beats stock; with ``allow_partial`` the qualifying entries are exported and
     the rest listed in the result and the manifest (nothing qualifying still refuses). With ``every_m`` a
-    winner qualifies only where its runs checked every M its bucket serves (bucket checks fill the rest).
+    winner qualifies only where its runs checked every M its bucket serves (bucket checks fill the rest). With
+    ``aot`` (the default) the CuTe DSL entries are compiled for the evidence's arch here, at every M their buckets
+    serve, so the target JIT-compiles nothing (export/aot.py; without the toolchain the result says why not).
     """
     try:
         version = str(Version(version))
@@ -100,8 +108,10 @@ def export_package(session: Session, *, hardware: str, model: str, out_dir: Path
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="kt-export-") as tmp:
         staging = Path(tmp) / "src"
+        built = (aot_builds.build(got.entries, _archs(got), staging / pkg) if aot
+                 else (aot_builds.AotReport(), {}))
         moe_files = render_package(staging, pkg, got, hardware=hardware, model=model, version=version,
-                                   partial=bool(got.problems))
+                                   partial=bool(got.problems), aot=built)
         wheel = build_wheel(staging, Path(tmp) / "dist", source_date_epoch(got))
         target = out / wheel.name
         shutil.copyfile(wheel, target)
@@ -113,7 +123,7 @@ def export_package(session: Session, *, hardware: str, model: str, out_dir: Path
                         hardware=hardware, model=model, entries=len(got.entries), stock_entries=len(got.stock),
                         partial=bool(got.problems), skipped=got.problems, untuned=untuned(got), unchecked=unchecked(got),
                         fused_moe_files=moe_files,
-                        export_id=row.id)
+                        export_id=row.id, aot=built[0])
 
 
 def _refuse_if_needed(got: Collection, *, hardware: str, model: str, allow_partial: bool) -> None:
@@ -147,9 +157,14 @@ def _json(data: Any) -> str:
     return json.dumps(data, indent=1, sort_keys=True) + "\n"
 
 
+AotBuilt = tuple[aot_builds.AotReport, dict[tuple[str, str, str], dict[str, Any]]]
+
+
 def render_package(root: Path, pkg: str, got: Collection, *, hardware: str, model: str, version: str,
-                   partial: bool) -> list[str]:
-    """Write the package sources under ``root`` (pyproject.toml + ``pkg/``); returns fused_moe file names."""
+                   partial: bool, aot: AotBuilt | None = None) -> list[str]:
+    """Write the package sources under ``root`` (pyproject.toml + ``pkg/``); returns fused_moe file names.
+    ``aot``: export/aot.build's report and dispatch sections (its shared objects are already in ``pkg/aot``)."""
+    report, sections = aot or (aot_builds.AotReport(), {})
     src = root / pkg
     templates = resources.files("export") / "templates"
     for name in TEMPLATE_FILES:
@@ -160,11 +175,16 @@ def render_package(root: Path, pkg: str, got: Collection, *, hardware: str, mode
     moe = fused_moe_files(got)
     for name, doc in moe.items():
         _write(src / "fused_moe_configs" / name, _json(doc))
-    _write(src / "dispatch.json", _json(dispatch_table(pkg, got, hardware=hardware, model=model)))
+    _write(src / "dispatch.json", _json(dispatch_table(pkg, got, hardware=hardware, model=model, aot=sections)))
     _write(src / "manifest.json", _json(manifest(pkg, got, hardware=hardware, model=model, version=version,
-                                                 partial=partial, moe_files=sorted(moe))))
+                                                 partial=partial, moe_files=sorted(moe), aot=report)))
     languages = sorted({e.language for e in got.entries} & set(LANGUAGE_DEPENDENCIES))
     deps = ["torch"] + [LANGUAGE_DEPENDENCIES[lang] for lang in languages]
+    if report.builds:
+        # the shared objects link CuTe DSL's runtime library of the version that compiled them
+        cute_dep = LANGUAGE_DEPENDENCIES[aot_builds.LANGUAGE]
+        deps = [d for d in deps if d != cute_dep] + [f"{cute_dep}=={report.toolchain[cute_dep]}",
+                                                     AOT_RUNTIME_DEPENDENCY]
     pyproject = string.Template((templates / "pyproject.toml.tmpl").read_text()).substitute(
         dist_name=pkg, version=version, package=pkg,
         description=f"kerneltune latency_specialized decode kernels for {model} on {hardware}",
@@ -174,13 +194,20 @@ def render_package(root: Path, pkg: str, got: Collection, *, hardware: str, mode
     return sorted(moe)
 
 
-def dispatch_table(pkg: str, got: Collection, *, hardware: str, model: str) -> dict[str, Any]:
+def _archs(got: Collection) -> list[str]:
+    return sorted({str(f.get("arch")) for f in got.fingerprints.values() if f.get("arch")})
+
+
+def dispatch_table(pkg: str, got: Collection, *, hardware: str, model: str,
+                   aot: dict[tuple[str, str, str], dict[str, Any]] | None = None) -> dict[str, Any]:
     slots: dict[str, dict[str, Any]] = defaultdict(dict)
     for s in got.stock:
         slots[s.slot].setdefault(s.shape_key, {"shape": s.shape, "buckets": {}})["buckets"][s.bucket] = {"stock": True}
     for e in got.entries:
         slots[e.slot].setdefault(e.shape_key, {"shape": e.shape, "buckets": {}})["buckets"][e.bucket] = {
             "module": e.module, "language": e.language, "config": e.config, "variant_hash": e.variant_hash, "ms": e.ms}
+        if (aot or {}).get((e.slot, e.shape_key, e.bucket)):
+            slots[e.slot][e.shape_key]["buckets"][e.bucket]["aot"] = aot[e.slot, e.shape_key, e.bucket]
     return {"format": FORMAT, "package": pkg, "hardware": hardware, "model": model,
             "buckets": [list(b) for b in BATCH_BUCKETS], "slots": slots}
 
@@ -203,7 +230,7 @@ def _service() -> dict[str, Any]:
 
 
 def manifest(pkg: str, got: Collection, *, hardware: str, model: str, version: str, partial: bool,
-             moe_files: list[str]) -> dict[str, Any]:
+             moe_files: list[str], aot: aot_builds.AotReport | None = None) -> dict[str, Any]:
     fps = got.fingerprints
     variants = {e.module: {"content_hash": e.variant_hash, "slot": e.slot, "language": e.language, "author": e.author,
                            "agent": e.agent, "parent_hash": e.parent_hash, "notes": e.notes} for e in got.entries}
@@ -214,7 +241,7 @@ def manifest(pkg: str, got: Collection, *, hardware: str, model: str, version: s
     return {
         "format": FORMAT, "package": pkg, "version": version, "model": model,
         "hardware": {"hardware_class": hardware,
-                     "archs": sorted({str(f.get("arch")) for f in fps.values() if f.get("arch")}),
+                     "archs": _archs(got),
                      "device_names": sorted({str(f.get("name")) for f in fps.values() if f.get("name")}),
                      "fingerprints": sorted(fps)},
         "service": _service(),
@@ -226,6 +253,7 @@ def manifest(pkg: str, got: Collection, *, hardware: str, model: str, version: s
         "partial": partial,
         "skipped": [p.model_dump() for p in got.problems],
         "fused_moe_configs": moe_files,
+        "aot": (aot or aot_builds.AotReport()).model_dump(),
     }
 
 

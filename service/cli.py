@@ -329,13 +329,15 @@ def bucket_checks_cmd(hardware: str = typer.Option(..., help="hardware class of 
 def export_cmd(hardware: str = typer.Option(..., help="hardware class the winners were measured on, e.g. h200"),
                model: str = typer.Option("kimi-k2-like"), allow_partial: bool = False, version: str = "0.1.0",
                every_m: bool = typer.Option(False, help="only winners checked at every batch size their bucket serves"),
+               aot: bool = typer.Option(True, help="compile the CuTe DSL entries ahead of time (nothing JIT-compiles "
+                                                   "when vLLM starts)"),
                out: Path = typer.Option(Path("."), help="folder the wheel is written to"),
                api: Optional[str] = ApiOpt) -> None:
     """Export the winners as an installable vLLM latency_specialized wheel."""
     client = _client(api)
     try:
         res = client.post("/v1/exports", {"hardware": hardware, "model": model, "allow_partial": allow_partial,
-                                          "version": version, "every_m": every_m})
+                                          "version": version, "every_m": every_m, "aot": aot})
         out.mkdir(parents=True, exist_ok=True)
         client.download(f"/v1/exports/{res['export_id']}/wheel", out / res["wheel_filename"])
     except ApiError as exc:
@@ -349,6 +351,11 @@ def export_cmd(hardware: str = typer.Option(..., help="hardware class the winner
         gaps.setdefault(f"{p['slot']} {p['shape_key']}", []).append(p["bucket"])
     for shape, buckets in gaps.items():
         console.print(f"  never timed, runs stock: {shape} buckets {', '.join(buckets)}")
+    built = res.get("aot") or {}
+    if built.get("builds"):
+        console.print(f"  {built['builds']} CuTe DSL kernels compiled ahead of time for {built['arch']}")
+    for p in built.get("skipped", []):
+        console.print(f"  JIT on the target: {p['slot']} {p['shape_key']} {p['bucket']}: {p['reason']}")
     if res.get("unchecked"):
         console.print(f"  {len(res['unchecked'])} tuned entries serve batch sizes their runs did not check: "
                       f"`python -m {res['package']}.selftest --every-m` checks them on the machine it runs on")

@@ -84,10 +84,16 @@ def sandbox_mode() -> str:
     return mode
 
 
+def allowed_environment() -> dict[str, str]:
+    """This process's environment cut to the allow-list a child running submitted code may see: no DB or broker
+    URLs, no tokens."""
+    return {k: v for k, v in os.environ.items()
+            if (k in ENV_NAMES or k.startswith(ENV_PREFIXES)) and not _SECRETISH.search(k) and "@" not in v}
+
+
 def _base_environment(data_dir: Path, device: str) -> dict[str, str]:
     """What every child of this worker shares (and a zygote is started with)."""
-    env = {k: v for k, v in os.environ.items()
-           if (k in ENV_NAMES or k.startswith(ENV_PREFIXES)) and not _SECRETISH.search(k) and "@" not in v}
+    env = allowed_environment()
     cache = data_dir / "compile-cache"
     pythonpath = [str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     env.update({"PYTHONPATH": os.pathsep.join(pythonpath), "KT_COMPILE_CACHE": str(cache),
@@ -143,7 +149,7 @@ def resource_limits(spec: RunSpec) -> dict[int, int]:
     return limits
 
 
-def _preexec(limits: dict[int, int]) -> Callable[[], None]:
+def limited_preexec(limits: dict[int, int]) -> Callable[[], None]:
     def run() -> None:  # in the forked child, before exec: only syscalls
         # Dies with the thread that started it (the evaluating one, alive until the child ends):
         # a SIGKILLed worker leaves no sandbox child running on the device.
@@ -211,7 +217,7 @@ class _Spawned:
         stdin, stdout, stderr, result = fds
         self.proc = subprocess.Popen(
             [sys.executable, "-P", "-m", "workers.child", str(result)], stdin=stdin, stdout=stdout, stderr=stderr,
-            pass_fds=(result,), cwd=workdir, env=env, start_new_session=True, preexec_fn=_preexec(limits))
+            pass_fds=(result,), cwd=workdir, env=env, start_new_session=True, preexec_fn=limited_preexec(limits))
         self.pid = self.proc.pid
 
     def wait(self, timeout: float | None) -> bool:

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import reference
+from . import aot, reference
 
 KernelFn = Callable[..., None]
 # Languages that run only on a CUDA device (the torch ones run anywhere).
@@ -163,14 +163,45 @@ def chainable(choice: Choice) -> bool:
     return choice.kind == "tuned" and can_chain(_module(choice))
 
 
+def _entry(slot: str, shape_key: str, m: int) -> dict[str, Any]:
+    return dispatch_table()["slots"][slot][shape_key]["buckets"][batch_bucket(m)]
+
+
+def build_tuned(slot: str, shape_key: str, m: int, pdl: int = 0) -> tuple[KernelFn, str]:
+    """The tuned kernel of (slot, shape, M) built at chain level ``pdl`` (0: plain), whatever explain() says, and
+    how: "aot" (the package's ahead-of-time build, see aot.py), "jit: why not aot" (compiled here now), or "torch"."""
+    entry = _entry(slot, shape_key, m)
+    module = importlib.import_module(f"{__package__}.kernels.{entry['module']}")
+    config, arg = dict(entry["config"]), build_arg(slot, shape_key, m)
+    kw = {"pdl": pdl} if pdl else {}
+    if entry["language"] not in GPU_LANGUAGES:
+        return module.build(config, arg, **kw), "torch"
+    if entry["language"] != "cute":
+        return module.build(config, arg, **kw), "jit: no ahead-of-time builds for this language"
+    built = entry.get("aot") or {}
+    spec = built.get("ms", {}).get(str(m)) if not pdl else None
+    why = aot.unusable(spec, built.get("host")) if not pdl else "chained builds are compiled here"
+    if why:
+        return module.build(config, arg, **kw), f"jit: {why}"
+    return aot.build(module, config, arg, spec)
+
+
+# how each built tuned kernel was built (build_tuned's second value), by (choice, pdl): for explain_build()
+_how: dict[tuple[Choice, int], str] = {}
+
+
 @functools.cache
 def _build(choice: Choice, pdl: int = 0) -> KernelFn:
     if choice.kind == "stock":
         return reference.semantics(choice.slot).stock(build_arg(choice.slot, choice.shape_key, choice.m))
-    arg = build_arg(choice.slot, choice.shape_key, choice.m)
-    if pdl and chainable(choice):
-        return _module(choice).build(choice.config_dict(), arg, pdl=pdl)
-    return _module(choice).build(choice.config_dict(), arg)
+    fn, _how[(choice, pdl)] = build_tuned(choice.slot, choice.shape_key, choice.m, pdl if chainable(choice) else 0)
+    return fn
+
+
+def explain_build(slot: str, shape_key: str, m: int, pdl: int = 0) -> str | None:
+    """How dispatch(slot, shape_key, m, pdl) built its tuned kernel ("aot", "jit: ...", "torch"); None before
+    dispatch() built it, or where it chose stock."""
+    return _how.get((explain(slot, shape_key, m), pdl))
 
 
 def dispatch(slot: str, shape_key: str, m: int, pdl: int = 0) -> KernelFn:

@@ -47,6 +47,7 @@ class EntryReport:
     speedup_vs_stock: dict[str, float] = field(default_factory=dict)  # by M
     checked_ms: list[int] = field(default_factory=list)  # the M the entry passed at (timed or, with --every-m, not)
     chained: str | None = None  # "pass" when the chained build (dispatch's pdl=1) was checked too
+    builds: dict[str, list[int]] = field(default_factory=dict)  # how each M's kernel was built ("aot", "jit: ...")
 
 
 def _sync(device: torch.device) -> None:
@@ -133,10 +134,11 @@ def check_entry(entry: dict[str, Any], device: torch.device, rounds: int, every_
     timed = set(entry["ms"])
     for m in sorted(timed | set(bucket_ms(entry["bucket"]) if every_m else ())):
         try:
-            kernel = module.build(dict(entry["config"]), dsp.build_arg(entry["slot"], entry["shape_key"], m))
+            kernel, how = dsp.build_tuned(entry["slot"], entry["shape_key"], m)
         except Exception as exc:  # a build failure on this machine is this entry's failure, not the run's
             rep.status, rep.detail = "fail", f"M={m}: build raised {type(exc).__name__}: {exc}"
             return rep
+        rep.builds.setdefault(how, []).append(m)
         previous: dict[str, torch.Tensor] | None = None
         for _ in range(TRIALS):
             failure, inputs, outputs, rel = _trial(kernel, "", sem, dims, dtype, m, device, rep)
@@ -153,8 +155,7 @@ def check_entry(entry: dict[str, Any], device: torch.device, rounds: int, every_
             # Its weights are inputs here, and a chained kernel may read its weights before the kernel ahead of it
             # is done: _trial makes and syncs the inputs first (as a model's weights are long in place).
             try:
-                chained = module.build(dict(entry["config"]), dsp.build_arg(entry["slot"], entry["shape_key"], m),
-                                       pdl=1)
+                chained, _ = dsp.build_tuned(entry["slot"], entry["shape_key"], m, pdl=1)
             except Exception as exc:
                 rep.status, rep.detail = "fail", f"M={m}: chained build raised {type(exc).__name__}: {exc}"
                 return rep
@@ -207,6 +208,10 @@ def run(rounds: int = 20, on_report: Callable[[EntryReport], None] | None = None
     return reports
 
 
+def _ms(ms: list[int]) -> str:
+    return f"{ms[0]}-{ms[-1]}" if len(ms) > 2 and ms == list(range(ms[0], ms[-1] + 1)) else ",".join(map(str, ms))
+
+
 def _line(r: EntryReport) -> str:
     speed = ", ".join(f"M={m}: x{s}" for m, s in r.speedup_vs_stock.items())
     untimed = [m for m in r.checked_ms if str(m) not in r.speedup_vs_stock]
@@ -214,6 +219,7 @@ def _line(r: EntryReport) -> str:
             f"[{r.language}] {r.status if r.status.startswith('skipped') else r.detail} "
             f"{'rel_l2=%.2e ' % r.rel_l2 if r.rel_l2 is not None else ''}{speed}"
             f"{' chained: ' + r.chained if r.chained else ''}"
+            f"{' built: ' + '; '.join(f'{how} at M={_ms(ms)}' for how, ms in r.builds.items()) if r.builds else ''}"
             f"{' also checked at M=' + ','.join(map(str, untimed)) if untimed else ''}").rstrip()
 
 

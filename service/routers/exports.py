@@ -1,7 +1,8 @@
 """POST /v1/exports: build the vLLM latency_specialized wheel from the winners; GET its file.
 
 The build runs in the API process: it reads the DB and runs `pip wheel` on trusted templates and
-sources that already passed the pipeline, never untrusted code.
+sources that already passed the pipeline. The one step that runs variant code, the ahead-of-time compile of the CuTe
+DSL entries (export/aot.py), runs it in a child process with limits, not here.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class ExportCreate(BaseModel):
     version: str = Field(default="0.1.0", pattern=r"^\d+(\.\d+){0,3}$")
     every_m: bool = Field(default=False, description="ship a winner only where its runs checked every batch size its "
                                                     "bucket serves (POST /v1/winners/bucket-checks fills the rest)")
+    aot: bool = Field(default=True, description="compile the CuTe DSL entries for the evidence's arch now, at every "
+                                                "batch size they serve, so vLLM JIT-compiles nothing at start")
 
 
 def exports_dir(settings: SettingsDep) -> Path:
@@ -38,7 +41,8 @@ def exports_dir(settings: SettingsDep) -> Path:
 def create_export(body: ExportCreate, session: SessionDep, settings: SettingsDep) -> ExportResult:
     try:
         return export_package(session, hardware=body.hardware, model=body.model, out_dir=exports_dir(settings),
-                              allow_partial=body.allow_partial, version=body.version, every_m=body.every_m)
+                              allow_partial=body.allow_partial, version=body.version, every_m=body.every_m,
+                              aot=body.aot)
     except ExportRefused as exc:
         raise HTTPException(409, detail=str(exc)) from exc
     except ExportError as exc:
