@@ -12,6 +12,10 @@ What a build needs here: nvidia-cutlass-dsl and apache-tvm-ffi importable, and `
 export goes on without AOT builds and says why (``AotReport.skipped``). A build that fails is listed the same way
 and its M is JIT-compiled on the target; it is not a problem of the evidence.
 
+CuTe DSL 4.3.5's objects carry absolute relocations in their code, so each .so has text relocations (DT_TEXTREL):
+glibc loads them, a host whose SELinux policy forbids text relocation (execmod) does not, and the package then
+JIT-compiles as before.
+
 Built objects are cached under the compile cache (``<KT_COMPILE_CACHE>/aot``), keyed by everything that can change
 the bytes (variant hash, config, shape, M, chain level, arch, toolchain versions, symbol name): re-exporting the same
 winners links nothing again. The bytes do not depend on paths or time (the same build in two folders gives the same
