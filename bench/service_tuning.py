@@ -191,8 +191,8 @@ def export_winners(client: Client, hardware: str, model: str, out: Path) -> dict
     print(f"exported {res['wheel_filename']}: {res['entries']} entries, {res['stock_entries']} stock, "
           f"{len(res['skipped'])} skipped, {len(res['untuned'])} buckets never timed, "
           f"{len(res['unchecked'])} entries serving batch sizes no run checked", flush=True)
-    return {k: res[k] for k in ("export_id", "wheel_filename", "sha256", "entries", "stock_entries", "skipped",
-                                "untuned", "unchecked")}
+    return {k: res.get(k) for k in ("export_id", "wheel_filename", "sha256", "entries", "stock_entries", "skipped",
+                                    "untuned", "unchecked", "aot")}
 
 
 def bucket_checks(client: Client, hardware: str, model: str, budget_s: float) -> dict[str, Any]:
