@@ -73,6 +73,7 @@ def test_arch_of_the_evidence() -> None:
     assert aot.arch_for([]) is None and aot.arch_for(["sm_90", "sm_100"]) is None
 
 
+@pytest.mark.alone  # its compile children take every core: CPU timings of parallel tests would suffer
 def test_cute_entries_compile_ahead_of_time(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     entries = [_entry("1", GOOD), _entry("2", GOOD)]
     report, sections = aot.build(entries, ["sm_90"], tmp_path / "pkg")
@@ -106,6 +107,7 @@ def test_cute_entries_compile_ahead_of_time(cache: Path, tmp_path: Path, monkeyp
     assert cached.builds == 2
 
 
+@pytest.mark.alone  # its compile children take every core: CPU timings of parallel tests would suffer
 def test_a_build_that_fails_is_left_to_jit(cache: Path, tmp_path: Path) -> None:
     bad = _entry("3-4", {"ROWS": 64, "KWARPS": 4, "UNROLL": 1})  # M * ROWS <= 64 fails at M = 3 and 4
     crashing = _entry("1", GOOD, source=KSPLIT.read_text() + "\nimport os\nos._exit(9)\n", name="q_b_proj")
@@ -155,6 +157,7 @@ def _export(db: Path, out: Path, **kw: Any) -> Any:
         return export_package(s, hardware="h100", model="kimi-k2-like", out_dir=out, allow_partial=True, **kw)
 
 
+@pytest.mark.alone  # its compile children take every core: CPU timings of parallel tests would suffer
 def test_wheel_ships_the_builds(table: Path, cache: Path, tmp_path: Path) -> None:
     res = _export(table, tmp_path / "w")
     assert res.aot.builds == 2 and res.aot.arch == "sm_90a"
