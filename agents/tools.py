@@ -575,6 +575,8 @@ class WinnerBrief(BaseModel):
     speedup_ci: tuple[float, float] | None = None
     unchecked_ms: list[int] = Field(default_factory=list, description="batch sizes its bucket serves that no run "
                                     "checked; the check_buckets tool checks them")
+    slower_ms: list[int] = Field(default_factory=list, description="batch sizes of its bucket where it was measured "
+                                 "slower than stock: an export serves stock there; a kernel tuned for them can win")
 
 
 class WinnersOut(BaseModel):
@@ -590,7 +592,7 @@ def winners(client: Client, a: WinnersArgs) -> WinnersOut:
                                variant_id=ev.get("variant_id"), run_id=ev.get("run_id"),
                                by=ev.get("agent") or ev.get("author"), config=ev.get("config"),
                                us=_r(ev.get("median_us")), speedup=_r(ev.get("speedup")), speedup_ci=_ci(ev),
-                               unchecked_ms=ev.get("unchecked_ms") or []))
+                               unchecked_ms=ev.get("unchecked_ms") or [], slower_ms=ev.get("slower_ms") or []))
     return WinnersOut(winners=out)
 
 

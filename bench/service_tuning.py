@@ -192,7 +192,7 @@ def export_winners(client: Client, hardware: str, model: str, out: Path) -> dict
           f"{len(res['skipped'])} skipped, {len(res['untuned'])} buckets never timed, "
           f"{len(res['unchecked'])} entries serving batch sizes no run checked", flush=True)
     return {k: res.get(k) for k in ("export_id", "wheel_filename", "sha256", "entries", "stock_entries", "skipped",
-                                    "untuned", "unchecked", "aot")}
+                                    "untuned", "unchecked", "slower", "aot")}
 
 
 def bucket_checks(client: Client, hardware: str, model: str, budget_s: float) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from export import aot as aot_builds
 from export import fused_moe_configs as fmc
 from export.collect import Collection, bucket_lo, collect
-from export.coverage import unchecked, untuned
+from export.coverage import slower, unchecked, untuned
 from export.errors import ExportError, ExportRefused, Problem
 from export.record import record_export
 from kernels.deployment import BATCH_BUCKETS
@@ -64,6 +64,8 @@ class ExportResult(BaseModel):
     untuned: list[Problem] = []
     # tuned entries whose bucket holds batch sizes no run checked (export/coverage.py): selftest --every-m checks them
     unchecked: list[Problem] = []
+    # tuned entries measured slower than stock at some M of their bucket (export/coverage.py): stock serves those M
+    slower: list[Problem] = []
     fused_moe_files: list[str]
     export_id: int
     # CuTe DSL kernels compiled ahead of time (export/aot.py): how many, for which arch, and what is left to JIT
@@ -121,7 +123,7 @@ def export_package(session: Session, *, hardware: str, model: str, out_dir: Path
                         sha256=digest, entries=len(got.entries), partial=bool(got.problems), skipped=skipped)
     return ExportResult(wheel_path=str(target), wheel_filename=target.name, sha256=digest, package=pkg, version=version,
                         hardware=hardware, model=model, entries=len(got.entries), stock_entries=len(got.stock),
-                        partial=bool(got.problems), skipped=got.problems, untuned=untuned(got), unchecked=unchecked(got),
+                        partial=bool(got.problems), skipped=got.problems, untuned=untuned(got), unchecked=unchecked(got), slower=slower(got),
                         fused_moe_files=moe_files,
                         export_id=row.id, aot=built[0])
 
@@ -206,6 +208,8 @@ def dispatch_table(pkg: str, got: Collection, *, hardware: str, model: str,
     for e in got.entries:
         slots[e.slot].setdefault(e.shape_key, {"shape": e.shape, "buckets": {}})["buckets"][e.bucket] = {
             "module": e.module, "language": e.language, "config": e.config, "variant_hash": e.variant_hash, "ms": e.ms}
+        if e.slower_ms:  # measured slower than stock there: dispatch runs stock at these M
+            slots[e.slot][e.shape_key]["buckets"][e.bucket]["stock_ms"] = e.slower_ms
         if (aot or {}).get((e.slot, e.shape_key, e.bucket)):
             slots[e.slot][e.shape_key]["buckets"][e.bucket]["aot"] = aot[e.slot, e.shape_key, e.bucket]
     return {"format": FORMAT, "package": pkg, "hardware": hardware, "model": model,

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from db.models import NON_FAILING_VERDICTS, DeviceFingerprint, Job, Run, Variant, Winner
 from export.errors import Problem
+from kernels.deployment import slower_than_stock
 
 # Top-level packages of kerneltune itself: a variant importing one cannot run in the exported wheel.
 KERNELTUNE_PACKAGES = ("kernels", "workers", "db", "service", "search", "export")
@@ -68,6 +69,14 @@ class Entry(BaseModel):
     @property
     def ms(self) -> list[int]:
         return sorted({r.m for r in self.runs})
+
+    @property
+    def slower_ms(self) -> list[int]:
+        """The M of the bucket at which its runs measured it slower than stock: the package serves stock there."""
+        hi: dict[int, float] = {}
+        for r in self.runs:
+            hi[r.m] = max(hi.get(r.m, r.speedup_ci_hi), r.speedup_ci_hi)
+        return slower_than_stock(hi)
 
 
 class StockEntry(BaseModel):

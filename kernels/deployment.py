@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -32,6 +32,13 @@ def bucket_ms(bucket: str) -> list[int]:
 def unchecked_in(bucket: str, checked: Iterable[int]) -> list[int]:
     """The M of the bucket not in ``checked``: where a bucket's kernel serves batch sizes no run checked."""
     return sorted(set(bucket_ms(bucket)) - set(checked))
+
+
+def slower_than_stock(ci_hi_by_m: Mapping[int, float | None]) -> list[int]:
+    """The M at which a kernel was measured slower than stock: the highest speedup CI of its runs there lies wholly
+    below 1. A bucket's kernel serves stock at those M (an exported package's dispatch); the bucket checks' runs time
+    every M of a bucket (service/bucket_checks.py), so a kernel tuned at M = 32 can be found slower at M = 17."""
+    return sorted(m for m, hi in ci_hi_by_m.items() if hi is not None and hi < 1.0)
 
 
 def spans(ms: Iterable[int]) -> str:

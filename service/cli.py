@@ -296,21 +296,26 @@ def winners(slot: Optional[str] = None, hardware: Optional[str] = None, api: Opt
     except ApiError as exc:
         _fail(exc)
     t = Table(title="winners")
-    for col in ("slot", "shape", "bucket", "hardware", "winner", "config", "us", "speedup", "95% CI", "unchecked M"):
+    for col in ("slot", "shape", "bucket", "hardware", "winner", "config", "us", "speedup", "95% CI", "unchecked M",
+                "slower M"):
         t.add_column(col)
     for w in rows:
         if w.get("is_stock"):
-            t.add_row(w["slot"], w["shape_name"], w["batch_bucket"], w["hardware"], "stock", "-", "-", "1.000", "-", "-")
+            t.add_row(w["slot"], w["shape_name"], w["batch_bucket"], w["hardware"], "stock", "-", "-", "1.000", "-", "-",
+                      "-")
             continue
         ev = w.get("evidence") or {}
         ci = "-" if ev.get("speedup_ci_lo") is None else f"{ev['speedup_ci_lo']:.2f}-{ev['speedup_ci_hi']:.2f}"
         t.add_row(w["slot"], w["shape_name"], w["batch_bucket"], w["hardware"], str(ev.get("variant_id")),
                   json.dumps(ev.get("config"), separators=(",", ":")), _fmt(ev.get("median_us")),
-                  _fmt(ev.get("speedup"), ".3f"), ci, spans(ev.get("unchecked_ms") or []) or "-")
+                  _fmt(ev.get("speedup"), ".3f"), ci, spans(ev.get("unchecked_ms") or []) or "-",
+                  spans(ev.get("slower_ms") or []) or "-")
     console.print(t)
     if any((w.get("evidence") or {}).get("unchecked_ms") for w in rows):
         console.print("unchecked M: batch sizes a winner's bucket serves that no run checked; "
                       "`kerneltune bucket-checks` checks them")
+    if any((w.get("evidence") or {}).get("slower_ms") for w in rows):
+        console.print("slower M: batch sizes where a winner was measured slower than stock; an export serves stock there")
 
 
 @app.command("bucket-checks")
@@ -356,6 +361,8 @@ def export_cmd(hardware: str = typer.Option(..., help="hardware class the winner
         console.print(f"  {built['builds']} CuTe DSL kernels compiled ahead of time for {built['arch']}")
     for p in built.get("skipped", []):
         console.print(f"  JIT on the target: {p['slot']} {p['shape_key']} {p['bucket']}: {p['reason']}")
+    for p in res.get("slower", []):
+        console.print(f"  stock at part of a bucket: {p['slot']} {p['shape_key']} {p['bucket']}: {p['reason']}")
     if res.get("unchecked"):
         console.print(f"  {len(res['unchecked'])} tuned entries serve batch sizes their runs did not check: "
                       f"`python -m {res['package']}.selftest --every-m` checks them on the machine it runs on")

@@ -247,6 +247,9 @@ class WinnerEvidence(HeadToHead):
                                   "variant and config checked it (the winning run's M and any bucket checks)")
     unchecked_ms: list[int] = Field(default_factory=list, description="the M of the bucket no run checked: an exported "
                                     "package serves them with this kernel; POST /v1/winners/bucket-checks checks them")
+    slower_ms: list[int] = Field(default_factory=list, description="the M of the bucket at which a run of this variant "
+                                 "and config measured it slower than stock (speedup CI below 1): an exported package "
+                                 "serves stock there")
 
 
 class WinnerOut(BaseModel):

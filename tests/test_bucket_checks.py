@@ -5,7 +5,11 @@ was checked at; with KT_AUTO_BUCKET_CHECKS the API plans the checks itself."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
+import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -147,3 +151,38 @@ def test_the_api_checks_a_new_winner_by_itself_when_asked_to(
         with client.app.state.session_factory() as s:
             run = s.get(Run, at_3)
             assert run is not None and (run.m, run.fidelity, run.job.kind) == (3, "short", "bucket_check")
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_check_that_times_the_kernel_slower_than_stock_gives_that_m_to_stock(
+        client: TestClient, enqueue_recorder: EnqueueRecorder, run_result: Callable[..., dict[str, Any]],
+        tmp_path: Path) -> None:
+    # A kernel tuned at M = 4 whose bucket check at M = 3 passes but times it at 0.7x stock (what the H100 table's
+    # fused_qkv_a 17-32 winner did at M = 17-31): checked there, so the bucket is covered, and served by stock there.
+    model = _winner_at_4(client, run_result, enqueue_recorder)
+    ask = {"hardware": "cpu", "model": model}
+    assert client.post("/v1/winners/bucket-checks", json=ask).status_code == 201
+    [at_3] = enqueue_recorder.calls[-1][0]
+    with client.app.state.session_factory() as s:
+        assert record_result(s, at_3, run_result(at_3, median_us=20.0, baseline_us=14.0, ci=(0.66, 0.74)))
+    [w] = [w for w in client.get("/v1/winners", params={"slot": "add_rmsnorm", "hardware": "cpu"}).json()
+           if w["batch_bucket"] == "3-4"]
+    ev = w["evidence"]
+    assert (ev["checked_ms"], ev["unchecked_ms"], ev["slower_ms"], ev["m"]) == ([3, 4], [], [3], 4)
+    exported = client.post("/v1/exports", json={**ask, "every_m": True, "aot": False}).json()
+    assert exported["entries"] == 1 and exported["unchecked"] == []
+    [slow] = exported["slower"]
+    assert slow["bucket"] == "3-4" and slow["reason"].startswith("measured slower than stock at M=3 (down to 0.70x")
+    wheel = Path(client.app.state.settings.data_dir) / "exports" / exported["wheel_filename"]
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(tmp_path / "site")
+    pkg = exported["package"]
+    [(key, shape)] = json.loads((tmp_path / "site" / pkg / "dispatch.json").read_text())["slots"]["add_rmsnorm"].items()
+    assert shape["buckets"]["3-4"]["stock_ms"] == [3]
+    # the package's own dispatch, from the wheel alone (-I: no kerneltune on the path)
+    code = (f"import sys, json; sys.path.insert(0, {str(tmp_path / 'site')!r}); from {pkg} import explain; "
+            f"print(json.dumps([[c.kind, c.reason] for c in (explain('add_rmsnorm', {key!r}, m) for m in (3, 4))]))")
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == [["stock", "bucket 3-4's kernel was measured slower than stock at M=3"],
+                                      ["tuned", "bucket 3-4"]]

@@ -28,7 +28,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, bindparam, case, literal, select, tuple_
+from sqlalchemy import Select, and_, bindparam, case, func, literal, select, tuple_
 from sqlalchemy.orm import Session, aliased, selectinload
 
 from db.models import NON_FAILING_VERDICTS, Run, Winner, utcnow
@@ -178,9 +178,10 @@ def list_winners(session: Session, *, slot: str | None = None, hardware: str | N
     return rows
 
 
-def checked_ms(session: Session, winners: list[Winner]) -> dict[int, list[int]]:
-    """Per tuned winner (by id): the M of its bucket at which a passed run of its (variant, config) checked it, the
-    winning run's M and bucket checks included (service/bucket_checks.py). One query for the whole list."""
+def bucket_speedups(session: Session, winners: list[Winner]) -> dict[int, dict[int, float | None]]:
+    """Per tuned winner (by id): each M of its bucket at which a passed run of its (variant, config) checked it, the
+    winning run's M and bucket checks included (service/bucket_checks.py), with the highest speedup CI of those runs
+    there (None where none was timed). One query for the whole list."""
     ids = [w.id for w in winners if w.run_id is not None and not w.is_stock]
     if not ids:
         return {}
@@ -188,12 +189,17 @@ def checked_ms(session: Session, winners: list[Winner]) -> dict[int, list[int]]:
     same = and_(other.variant_id == won.variant_id, other.config_key == won.config_key, other.slot == won.slot,
                 other.shape_key == won.shape_key, other.batch_bucket == won.batch_bucket,
                 other.hardware == won.hardware)
-    q = (select(Winner.id, other.m).join(won, won.id == Winner.run_id).join(other, same)
-         .where(Winner.id.in_(ids), other.status == "done", other.verdict == "passed").distinct())
-    out: dict[int, list[int]] = {i: [] for i in ids}
-    for winner_id, m in session.execute(q):
-        out[winner_id].append(m)
-    return {i: sorted(ms) for i, ms in out.items()}
+    q = (select(Winner.id, other.m, func.max(other.speedup_ci_hi)).join(won, won.id == Winner.run_id).join(other, same)
+         .where(Winner.id.in_(ids), other.status == "done", other.verdict == "passed").group_by(Winner.id, other.m))
+    out: dict[int, dict[int, float | None]] = {i: {} for i in ids}
+    for winner_id, m, hi in session.execute(q):
+        out[winner_id][m] = hi
+    return out
+
+
+def checked_ms(session: Session, winners: list[Winner]) -> dict[int, list[int]]:
+    """Per tuned winner (by id): the M of its bucket at which a passed run of its (variant, config) checked it."""
+    return {i: sorted(by_m) for i, by_m in bucket_speedups(session, winners).items()}
 
 
 assert all(lo <= hi for lo, hi in BATCH_BUCKETS)  # _bucket_order relies on 'lo' or 'lo-hi' names

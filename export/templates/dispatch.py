@@ -2,8 +2,8 @@
 
 The tuned kernel of M's batch bucket when this machine matches the hardware the evidence was
 measured on; otherwise, or outside the tuned buckets, the stock torch kernel (explicit fallback,
-never an error). With KT_LS_CHECKED_M_ONLY=1, stock also at the M of a bucket that its kernel's
-evidence did not check. ``explain`` says which one and why without building anything.
+never an error). Stock also at the M of a bucket where the kernel's runs measured it slower than stock (the entry's
+"stock_ms"), and with KT_LS_CHECKED_M_ONLY=1 at the M of a bucket that its kernel's evidence did not check. ``explain`` says which one and why without building anything.
 """
 
 from __future__ import annotations
@@ -125,6 +125,8 @@ def explain(slot: str, shape_key: str, m: int) -> Choice:
         return Choice(slot, shape_key, m, "stock", f"M={m} (bucket {bucket}) is outside the tuned range")
     if entry.get("stock"):
         return Choice(slot, shape_key, m, "stock", f"bucket {bucket}: nothing beat the stock kernel")
+    if m in entry.get("stock_ms", ()):
+        return Choice(slot, shape_key, m, "stock", f"bucket {bucket}'s kernel was measured slower than stock at M={m}")
     if os.environ.get(CHECKED_ONLY_ENV) == "1" and m not in entry.get("ms", ()):
         return Choice(slot, shape_key, m, "stock", f"bucket {bucket}'s kernel was checked at M={entry.get('ms')} only "
                                                    f"and {CHECKED_ONLY_ENV}=1")

@@ -9,8 +9,8 @@ from pydantic import BaseModel, Field
 
 from db.models import Winner
 from db.queries import jobs as jobs_q
-from db.queries.winners import checked_ms, list_winners
-from kernels.deployment import unchecked_in
+from db.queries.winners import bucket_speedups, list_winners
+from kernels.deployment import slower_than_stock, unchecked_in
 from service.auth import PrincipalDep, check_quota
 from service.bucket_checks import create_check_jobs, plan_bucket_checks
 from service.deps import SessionDep, SettingsDep
@@ -21,8 +21,10 @@ from service.schemas import HARDWARE_PATTERN, FingerprintOut, HeadToHead, JobCre
 router = APIRouter(prefix="/v1/winners", tags=["winners"], responses=ERROR_RESPONSES)
 
 
-def winner_out(w: Winner, checked: list[int]) -> WinnerOut:
-    """``checked``: the M of the bucket its (variant, config) passed at (db.queries.winners.checked_ms)."""
+def winner_out(w: Winner, speedups: dict[int, float | None]) -> WinnerOut:
+    """``speedups``: per M of the bucket its (variant, config) passed at, the highest speedup CI there
+    (db.queries.winners.bucket_speedups)."""
+    checked = sorted(speedups)
     evidence = None
     run = w.run
     if run is not None and not w.is_stock:
@@ -34,7 +36,8 @@ def winner_out(w: Winner, checked: list[int]) -> WinnerOut:
             speedup_ci_hi=run.speedup_ci_hi, frac_of_floor=run.frac_of_floor, uses_library=run.uses_library,
             check=run.check, bench=run.bench, **HeadToHead.of(run),
             fingerprint=FingerprintOut.model_validate(run.fingerprint) if run.fingerprint else None,
-            checked_ms=checked, unchecked_ms=unchecked_in(w.batch_bucket, checked))
+            checked_ms=checked, unchecked_ms=unchecked_in(w.batch_bucket, checked),
+            slower_ms=slower_than_stock(speedups))
     return WinnerOut(slot=w.slot, shape_key=w.shape_key, shape_name=w.shape_name, batch_bucket=w.batch_bucket,
                      hardware=w.hardware, is_stock=w.is_stock, updated_at=w.updated_at, evidence=evidence)
 
@@ -42,8 +45,8 @@ def winner_out(w: Winner, checked: list[int]) -> WinnerOut:
 @router.get("", response_model=list[WinnerOut])
 def get_winners(session: SessionDep, slot: str | None = None, hardware: str | None = None) -> list[WinnerOut]:
     rows = list_winners(session, slot=slot, hardware=hardware)
-    checked = checked_ms(session, rows)
-    return [winner_out(w, checked.get(w.id, [])) for w in rows]
+    speedups = bucket_speedups(session, rows)
+    return [winner_out(w, speedups.get(w.id, {})) for w in rows]
 
 
 class BucketChecksCreate(BaseModel):
