@@ -123,9 +123,8 @@ def export_package(session: Session, *, hardware: str, model: str, out_dir: Path
                         sha256=digest, entries=len(got.entries), partial=bool(got.problems), skipped=skipped)
     return ExportResult(wheel_path=str(target), wheel_filename=target.name, sha256=digest, package=pkg, version=version,
                         hardware=hardware, model=model, entries=len(got.entries), stock_entries=len(got.stock),
-                        partial=bool(got.problems), skipped=got.problems, untuned=untuned(got), unchecked=unchecked(got), slower=slower(got),
-                        fused_moe_files=moe_files,
-                        export_id=row.id, aot=built[0])
+                        partial=bool(got.problems), skipped=got.problems, untuned=untuned(got), unchecked=unchecked(got),
+                        slower=slower(got), fused_moe_files=moe_files, export_id=row.id, aot=built[0])
 
 
 def _refuse_if_needed(got: Collection, *, hardware: str, model: str, allow_partial: bool) -> None:

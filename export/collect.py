@@ -73,10 +73,7 @@ class Entry(BaseModel):
     @property
     def slower_ms(self) -> list[int]:
         """The M of the bucket at which its runs measured it slower than stock: the package serves stock there."""
-        hi: dict[int, float] = {}
-        for r in self.runs:
-            hi[r.m] = max(hi.get(r.m, r.speedup_ci_hi), r.speedup_ci_hi)
-        return slower_than_stock(hi)
+        return slower_than_stock((r.m, r.speedup_ci_hi) for r in self.runs)
 
 
 class StockEntry(BaseModel):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -34,11 +34,16 @@ def unchecked_in(bucket: str, checked: Iterable[int]) -> list[int]:
     return sorted(set(bucket_ms(bucket)) - set(checked))
 
 
-def slower_than_stock(ci_hi_by_m: Mapping[int, float | None]) -> list[int]:
-    """The M at which a kernel was measured slower than stock: the highest speedup CI of its runs there lies wholly
-    below 1. A bucket's kernel serves stock at those M (an exported package's dispatch); the bucket checks' runs time
-    every M of a bucket (service/bucket_checks.py), so a kernel tuned at M = 32 can be found slower at M = 17."""
-    return sorted(m for m, hi in ci_hi_by_m.items() if hi is not None and hi < 1.0)
+def slower_than_stock(ci_hi: Iterable[tuple[int, float | None]]) -> list[int]:
+    """The M at which a kernel was measured slower than stock, from (M, upper speedup CI) of its runs: the highest CI
+    of its runs at that M lies wholly below 1 (an untimed run, None, decides nothing). A bucket's kernel serves stock at
+    those M (an exported package's dispatch); the bucket checks' runs time every M of a bucket
+    (service/bucket_checks.py), so a kernel tuned at M = 32 can be found slower at M = 17."""
+    best: dict[int, float] = {}
+    for m, hi in ci_hi:
+        if hi is not None:
+            best[m] = max(best.get(m, hi), hi)
+    return sorted(m for m, hi in best.items() if hi < 1.0)
 
 
 def spans(ms: Iterable[int]) -> str:

@@ -37,7 +37,7 @@ def test_slower_names_the_m_a_bucket_serves_with_stock() -> None:
     # bucket 17-32 won at M = 32; its checks timed M = 17 and 18 slower (CI below 1) and 19 a tie (CI over 1)
     e = Entry.model_construct(slot="dense_gemm", shape_key="d[K=8]", bucket="17-32",
                               runs=[ev(32, 1.11, 1.13), ev(17, 0.79, 0.80), ev(18, 0.83, 0.85), ev(19, 0.98, 1.01)])
-    assert e.slower_ms == [17, 18] and slower_than_stock({1: 0.99, 2: None, 3: 1.0}) == [1]
+    assert e.slower_ms == [17, 18] and slower_than_stock([(1, 0.99), (2, None), (3, 1.0), (3, 0.9)]) == [1]
     fast = Entry.model_construct(slot="router", shape_key="r[K=8]", bucket="2", runs=[ev(2, 1.5, 1.6)])
     (p,) = slower(Collection(entries=[e, fast]))
     assert (p.bucket, p.reason) == ("17-32", "measured slower than stock at M=17-18 (down to 0.79x at M=17): the "

@@ -52,9 +52,9 @@ def unusable(spec: dict[str, Any] | None, host: str | None) -> str | None:
     return None
 
 
-def build(module: Any, config: dict[str, Any], arg: dict[str, Any], spec: dict[str, Any],
-          **kw: Any) -> tuple[Callable[..., None], str]:
-    """``module.build(config, arg, **kw)`` with its cute.compile answered by the shared object of ``spec``:
+def build(module: Any, config: dict[str, Any], arg: dict[str, Any],
+          spec: dict[str, Any]) -> tuple[Callable[..., None], str]:
+    """``module.build(config, arg)`` (a plain launch) with its cute.compile answered by the shared object of ``spec``:
     (the kernel, "aot") or, where the build did not ask for that exact kernel, (the JIT-compiled kernel, "jit: why")."""
     import cutlass.cute as cute
     from cutlass.cute.runtime import load_module  # imports tvm_ffi when called, not here
@@ -64,7 +64,7 @@ def build(module: Any, config: dict[str, Any], arg: dict[str, Any], spec: dict[s
         loaded = load_module(str(path))
         fn = loaded[spec["function"]]
     except Exception as exc:  # a host that cannot map it (no tvm-ffi, a policy against text relocations): JIT
-        return module.build(config, arg, **kw), f"jit: {spec['file']} did not load: {type(exc).__name__}: {exc}"
+        return module.build(config, arg), f"jit: {spec['file']} did not load: {type(exc).__name__}: {exc}"
     want = (list(spec["constexprs"]), int(spec["runtime_args"]))
     seen: list[str] = []
     real_compile = cute.compile
@@ -82,7 +82,7 @@ def build(module: Any, config: dict[str, Any], arg: dict[str, Any], spec: dict[s
     with _lock:
         cute.compile = answer
         try:
-            kernel = module.build(config, arg, **kw)
+            kernel = module.build(config, arg)
         finally:
             cute.compile = real_compile
     if not seen:

@@ -147,8 +147,8 @@ def pdl_level() -> int:
     return int(value)
 
 
-def _module(choice: Choice) -> Any:
-    return importlib.import_module(f"{__package__}.kernels.{choice.module}")
+def _module(name: str) -> Any:
+    return importlib.import_module(f"{__package__}.kernels.{name}")
 
 
 def can_chain(module: Any) -> bool:
@@ -162,7 +162,7 @@ def chainable(choice: Choice) -> bool:
     """Whether dispatch(..., pdl=1 or 2) gives this choice as a link of a chain of programmatic dependent launches:
     a tuned kernel that can_chain(). Everything else is built plainly, which is always correct in a chain (a plain
     launch waits for all that came before it)."""
-    return choice.kind == "tuned" and can_chain(_module(choice))
+    return choice.kind == "tuned" and can_chain(_module(str(choice.module)))
 
 
 def _entry(slot: str, shape_key: str, m: int) -> dict[str, Any]:
@@ -173,37 +173,28 @@ def build_tuned(slot: str, shape_key: str, m: int, pdl: int = 0) -> tuple[Kernel
     """The tuned kernel of (slot, shape, M) built at chain level ``pdl`` (0: plain), whatever explain() says, and
     how: "aot" (the package's ahead-of-time build, see aot.py), "jit: why not aot" (compiled here now), or "torch"."""
     entry = _entry(slot, shape_key, m)
-    module = importlib.import_module(f"{__package__}.kernels.{entry['module']}")
+    module = _module(entry["module"])
     config, arg = dict(entry["config"]), build_arg(slot, shape_key, m)
     kw = {"pdl": pdl} if pdl else {}
     if entry["language"] not in GPU_LANGUAGES:
         return module.build(config, arg, **kw), "torch"
     if entry["language"] != "cute":
         return module.build(config, arg, **kw), "jit: no ahead-of-time builds for this language"
+    if pdl:
+        return module.build(config, arg, **kw), "jit: chained builds are compiled here"
     built = entry.get("aot") or {}
-    spec = built.get("ms", {}).get(str(m)) if not pdl else None
-    why = aot.unusable(spec, built.get("host")) if not pdl else "chained builds are compiled here"
+    spec = built.get("ms", {}).get(str(m))
+    why = aot.unusable(spec, built.get("host"))
     if why:
-        return module.build(config, arg, **kw), f"jit: {why}"
+        return module.build(config, arg), f"jit: {why}"
     return aot.build(module, config, arg, spec)
-
-
-# how each built tuned kernel was built (build_tuned's second value), by (choice, pdl): for explain_build()
-_how: dict[tuple[Choice, int], str] = {}
 
 
 @functools.cache
 def _build(choice: Choice, pdl: int = 0) -> KernelFn:
     if choice.kind == "stock":
         return reference.semantics(choice.slot).stock(build_arg(choice.slot, choice.shape_key, choice.m))
-    fn, _how[(choice, pdl)] = build_tuned(choice.slot, choice.shape_key, choice.m, pdl if chainable(choice) else 0)
-    return fn
-
-
-def explain_build(slot: str, shape_key: str, m: int, pdl: int = 0) -> str | None:
-    """How dispatch(slot, shape_key, m, pdl) built its tuned kernel ("aot", "jit: ...", "torch"); None before
-    dispatch() built it, or where it chose stock."""
-    return _how.get((explain(slot, shape_key, m), pdl))
+    return build_tuned(choice.slot, choice.shape_key, choice.m, pdl if chainable(choice) else 0)[0]
 
 
 def dispatch(slot: str, shape_key: str, m: int, pdl: int = 0) -> KernelFn:

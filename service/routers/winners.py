@@ -37,7 +37,7 @@ def winner_out(w: Winner, speedups: dict[int, float | None]) -> WinnerOut:
             check=run.check, bench=run.bench, **HeadToHead.of(run),
             fingerprint=FingerprintOut.model_validate(run.fingerprint) if run.fingerprint else None,
             checked_ms=checked, unchecked_ms=unchecked_in(w.batch_bucket, checked),
-            slower_ms=slower_than_stock(speedups))
+            slower_ms=slower_than_stock(speedups.items()))
     return WinnerOut(slot=w.slot, shape_key=w.shape_key, shape_name=w.shape_name, batch_bucket=w.batch_bucket,
                      hardware=w.hardware, is_stock=w.is_stock, updated_at=w.updated_at, evidence=evidence)
 
