@@ -8,8 +8,9 @@ fresh process, builds and runs every CuTe entry of the package at every M its bu
 - ``jit_warm``: KT_LS_AOT=0 and the cache ``jit_cold`` filled (a restart that kept CUTE_DSL_CACHE_DIR);
 - ``aot``: the package's shared objects (export/aot.py), an empty cache.
 
-Per mode: the process's import time, each (entry, M)'s build seconds and how it was built (dispatch.build_tuned),
-the first call, and the eager host time per call at M = 1. The outputs of one seeded call per (entry, M) are compared
+Per mode: the process's import time, each (entry, M, chain level)'s build seconds and how it was built
+(dispatch.build_tuned; chain levels 1 and 2 where the variant chains, as vLLM builds them with KT_LS_PDL=1 or 2), the
+first call, and the eager host time per call at M = 1 (plain launches). The outputs of one seeded call per (entry, M) are compared
 across modes bit for bit: an ahead-of-time kernel must compute exactly what the JIT one does. On a GPU only.
 
     python bench/aot_startup.py --wheel WHEEL --out bench/results/<date>-<card>-cute-aot-startup.json
@@ -56,9 +57,12 @@ def child(package: str, outputs_dir: str) -> dict[str, Any]:
         sem = reference.semantics(entry["slot"])
         shape = dsp.dispatch_table()["slots"][entry["slot"]][entry["shape_key"]]["shape"]
         dims, dtype = shape["dims"], reference.DTYPES[shape["dtype"]]
-        for m in selftest.bucket_ms(entry["bucket"]):
+        levels = (0, 1, 2) if dsp.can_chain(importlib.import_module(f"{package}.kernels.{entry['module']}")) else (0,)
+        stock_ms = set(dsp.dispatch_table()["slots"][entry["slot"]][entry["shape_key"]]["buckets"][entry["bucket"]]
+                       .get("stock_ms", ()))
+        for m, pdl in [(m, pdl) for pdl in levels for m in selftest.bucket_ms(entry["bucket"]) if m not in stock_ms]:
             t = time.perf_counter()
-            fn, how = dsp.build_tuned(entry["slot"], entry["shape_key"], m)
+            fn, how = dsp.build_tuned(entry["slot"], entry["shape_key"], m, pdl)
             built_s = time.perf_counter() - t
             inputs = sem.make_inputs(dims, dtype, m, 1000 + m, device)
             outputs = sem.alloc_outputs(dims, dtype, m, device)
@@ -67,12 +71,12 @@ def child(package: str, outputs_dir: str) -> dict[str, Any]:
             fn(**inputs, **outputs)
             torch.cuda.synchronize()
             first_s = time.perf_counter() - t
-            name = hashlib.sha256(f"{entry['slot']}|{entry['shape_key']}|{m}".encode()).hexdigest()[:16] + ".pt"
+            name = hashlib.sha256(f"{entry['slot']}|{entry['shape_key']}|{m}|{pdl}".encode()).hexdigest()[:16] + ".pt"
             torch.save({k: v.cpu() for k, v in outputs.items()}, Path(outputs_dir) / name)
             rows.append({"slot": entry["slot"], "shape_key": entry["shape_key"], "bucket": entry["bucket"], "m": m,
-                         "module": entry["module"], "how": how, "build_s": round(built_s, 4),
+                         "pdl": pdl, "module": entry["module"], "how": how, "build_s": round(built_s, 4),
                          "first_call_s": round(first_s, 5), "outputs": name})
-            if m == 1:  # eager host cost per call: the launch path in Python, not the kernel (a few us of GPU time)
+            if m == 1 and pdl == 0:  # eager host cost per call: the launch path in Python, not the kernel (a few us of GPU time)
                 for _ in range(10):
                     fn(**inputs, **outputs)
                 torch.cuda.synchronize()
@@ -103,15 +107,17 @@ def run_mode(mode: str, site: Path, package: str, cache: Path, outputs: Path) ->
     return {"mode": mode, "process_wall_s": round(wall, 3), **json.loads(line[len("RESULT "):])}
 
 
-def same_outputs(a: Path, b: Path, rows: list[dict[str, Any]]) -> list[str]:
+def equal(a: Path, b: Path) -> bool:
+    """Two saved outputs, bit for bit."""
     import torch
 
-    diffs = []
-    for r in rows:
-        x, y = torch.load(a / r["outputs"]), torch.load(b / r["outputs"])
-        if any(not torch.equal(x[k], y[k]) for k in x):
-            diffs.append(f"{r['shape_key']} M={r['m']}")
-    return diffs
+    x, y = torch.load(a), torch.load(b)
+    return all(torch.equal(x[k], y[k]) for k in x)
+
+
+def same_outputs(a: Path, b: Path, rows: list[dict[str, Any]]) -> list[str]:
+    return [f"{r['shape_key']} M={r['m']} pdl={r['pdl']}" for r in rows
+            if not equal(a / r["outputs"], b / r["outputs"])]
 
 
 def main() -> int:
@@ -142,6 +148,10 @@ def main() -> int:
             print(f"{mode}: {results[mode]['builds_s']} s for {len(results[mode]['rows'])} builds", flush=True)
         rows = results["aot"]["rows"]
         mismatched = {m: same_outputs(tmp / "out-aot", tmp / f"out-{m}", rows) for m in ("jit_cold", "jit_warm")}
+        # a chained build computes what the plain one does (the same seeded inputs): compared bit for bit too
+        plain = {(r["shape_key"], r["bucket"], r["m"]): r["outputs"] for r in rows if r["pdl"] == 0}
+        chained_vs_plain = [f"{r['shape_key']} M={r['m']} pdl={r['pdl']}" for r in rows if r["pdl"] and not equal(
+            tmp / "out-aot" / r["outputs"], tmp / "out-aot" / plain[r["shape_key"], r["bucket"], r["m"]])]
     p = torch.cuda.get_device_properties(0)
     doc = {
         "what": "cute-aot-startup", "date": dt.date.today().isoformat(), "commit": git_commit(ROOT),
@@ -151,16 +161,19 @@ def main() -> int:
         "summary": {m: {"builds": len(r["rows"]), "builds_s": r["builds_s"], "import_s": r["import_s"],
                         "process_wall_s": r["process_wall_s"],
                         "built_aot": sum(x["how"] == "aot" for x in r["rows"]),
+                        "chained": sum(x["pdl"] > 0 for x in r["rows"]),
+                        "chained_built_aot": sum(x["how"] == "aot" and x["pdl"] > 0 for x in r["rows"]),
                         "eager_m1_us_per_call": [h["us_per_call"] for h in r["eager_m1"]]}
                     for m, r in results.items()},
         "outputs_differ_from_aot": mismatched,
+        "chained_differ_from_plain": chained_vs_plain,
         "modes": results,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc["summary"], indent=1))
-    print("outputs differ from aot:", mismatched)
-    return 1 if any(mismatched.values()) or results["aot"]["rows"] and not doc["summary"]["aot"]["built_aot"] else 0
+    print("outputs differ from aot:", mismatched, "chained differ from plain:", chained_vs_plain)
+    return 1 if any(mismatched.values()) or chained_vs_plain or results["aot"]["rows"] and not doc["summary"]["aot"]["built_aot"] else 0
 
 
 if __name__ == "__main__":

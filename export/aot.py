@@ -8,6 +8,10 @@ on this machine, no GPU needed, and linked into ``aot/<name>.so`` (export/aot_ch
 compile_target runs the variant's code). The package loads them (templates/aot.py) and JIT-compiles whatever has
 none.
 
+A variant that can be a link of a chain of programmatic dependent launches (its ``compile_target`` takes ``pdl``;
+the package builds it so when vLLM runs with KT_LS_PDL=1 or 2) is also compiled at chain levels 1 and 2, so the
+chained path JIT-compiles nothing either. Whether it can is read from its source (``chains``), not by running it.
+
 What a build needs here: nvidia-cutlass-dsl and apache-tvm-ffi importable, and ``cc`` to link. Missing any, the
 export goes on without AOT builds and says why (``AotReport.skipped``). A build that fails is listed the same way
 and its M is JIT-compiled on the target; it is not a problem of the evidence.
@@ -24,6 +28,7 @@ winners links nothing again. The bytes do not depend on paths or time (the same 
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -56,6 +61,7 @@ BASE_TIMEOUT_S = 60.0  # the child's imports (torch, cutlass)
 MEMORY_LIMIT = 8 << 30
 # compile children at once (each takes one core; a ring GEMV compiles in ~5 s); KT_AOT_JOBS overrides
 JOBS_ENV, MAX_JOBS = "KT_AOT_JOBS", 8
+CHAIN_LEVELS = (1, 2)  # dispatch's pdl: 1 chained, 2 chained with the weights asked into L2 first
 
 
 class AotReport(BaseModel):
@@ -66,6 +72,7 @@ class AotReport(BaseModel):
     host: str = platform.machine()
     toolchain: dict[str, str] = {}
     builds: int = 0
+    chained: int = 0  # of ``builds``, those of chain levels 1 and 2
     # (slot, shape, bucket) and the M left to JIT on the target, with why; or one row for all when none was tried
     skipped: list[Problem] = []
 
@@ -112,9 +119,29 @@ def toolchain() -> dict[str, str] | str:
     return versions
 
 
+def chains(source: str) -> bool:
+    """Whether a variant's kernel can be compiled as a link of a chain: its module-level compile_target takes pdl.
+    Read from the syntax tree: the export process never runs variant code."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    return any(isinstance(node, ast.FunctionDef) and node.name == "compile_target"
+               and any(a.arg == "pdl" for a in node.args.args + node.args.kwonlyargs) for node in tree.body)
+
+
 def plan(entries: list[Entry]) -> list[AotItem]:
-    """Every M each CuTe entry's bucket serves (dispatch runs the bucket's kernel at each of them), plain launches."""
-    return [AotItem(e, m) for e in entries if e.language == LANGUAGE for m in bucket_ms(e.bucket)]
+    """Every M each CuTe entry's bucket serves with its kernel (dispatch runs it at each of them, except at the M its
+    runs measured slower than stock, which get stock), as a plain launch and, where the variant chains, at each
+    chain level."""
+    items = []
+    for e in entries:
+        if e.language != LANGUAGE:
+            continue
+        levels = (0, *CHAIN_LEVELS) if chains(e.source) else (0,)
+        slower = set(e.slower_ms)
+        items += [AotItem(e, m, pdl) for pdl in levels for m in bucket_ms(e.bucket) if m not in slower]
+    return items
 
 
 def _key(item: AotItem, arch: str, tools: dict[str, str]) -> str:
@@ -138,8 +165,29 @@ def _child_env(tmp: Path, arch: str) -> dict[str, str]:
 
 
 def _run_child(items: list[AotItem], arch: str, out_dir: Path) -> dict[str, dict[str, Any]]:
-    """Compile ``items`` in one limited child; each item's result line by name (a child that died leaves the rest
-    without a line: they are skipped with its exit status)."""
+    """Compile ``items`` in limited children, each item's result line by name. A child that dies (or runs past its
+    time) fails the entry it was compiling, at every M and chain level, with its exit status; the other entries'
+    items it had not reached go to a new child."""
+    lines: dict[str, dict[str, Any]] = {}
+    todo = list(items)
+    while todo:
+        got, why = _one_child(todo, arch, out_dir)
+        lines.update(got)
+        rest = [it for it in todo if it.name not in got]
+        if not rest:
+            break
+        dead = _where(rest[0])  # the child works through its items in order: it died on the first without a line
+        lines.update({it.name: {"ok": False, "error": why} for it in rest if _where(it) == dead})
+        todo = [it for it in rest if _where(it) != dead]
+    return lines
+
+
+def _where(item: AotItem) -> tuple[str, str, str]:
+    return item.entry.slot, item.entry.shape_key, item.entry.bucket
+
+
+def _one_child(items: list[AotItem], arch: str, out_dir: Path) -> tuple[dict[str, dict[str, Any]], str]:
+    """One limited child for ``items``: (the result lines it wrote, by name; why it stopped if it left any out)."""
     with tempfile.TemporaryDirectory(prefix="kt-aot-") as tmp_s:
         tmp = Path(tmp_s)
         src = tmp / "src"
@@ -159,11 +207,12 @@ def _run_child(items: list[AotItem], arch: str, out_dir: Path) -> dict[str, dict
             proc = subprocess.run([sys.executable, "-m", "export.aot_child"], input=request, capture_output=True,
                                   text=True, cwd=tmp, env=_child_env(tmp, arch), timeout=timeout,
                                   start_new_session=True, preexec_fn=limited_preexec(limits))
-            stdout, why = proc.stdout, f"the compile child exited with status {proc.returncode}"
+            stdout, stderr = proc.stdout, proc.stderr
+            why = f"the compile child exited with status {proc.returncode}"
         except subprocess.TimeoutExpired as exc:
             stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
             why = f"the compile child ran past {timeout:.0f} s"
-            proc = None
         lines = {}
         for raw in stdout.splitlines():
             try:
@@ -172,16 +221,14 @@ def _run_child(items: list[AotItem], arch: str, out_dir: Path) -> dict[str, dict
                 continue  # the compiler's own prints
             if isinstance(line, dict) and "name" in line:
                 lines[line["name"]] = line
-        stderr = proc.stderr if proc is not None else ""
-        for it in items:
-            lines.setdefault(it.name, {"ok": False, "error": f"{why}: {stderr[-1500:]}".strip()})
-        return lines
+        return lines, f"{why}: {stderr[-1500:]}".strip()
 
 
 def build(entries: list[Entry], archs: list[str], package_dir: Path) -> tuple[AotReport, dict[tuple[str, str, str],
                                                                                          dict[str, Any]]]:
     """Compile the CuTe entries' kernels into ``package_dir/aot``: (the report, per (slot, shape, bucket) the
-    dispatch.json "aot" section {"host", "arch", "ms": {M: spec}})."""
+    dispatch.json "aot" section {"host", "arch", "ms": {M: spec}, "chained": {level: {M: spec}}}; "ms" holds the plain
+    launches, "chained" is there when the variant chains)."""
     items = plan(entries)
     report = AotReport()
     if not items:
@@ -217,23 +264,26 @@ def build(entries: list[Entry], archs: list[str], package_dir: Path) -> tuple[Ao
                     shutil.copyfile(out / f"{name}.so", cache / f"{keys[name]}.so")
                     (cache / f"{keys[name]}.json").write_text(canonical(records[name]))
     sections: dict[tuple[str, str, str], dict[str, Any]] = {}
-    failed: dict[tuple[str, str, str], list[tuple[int, str]]] = {}
+    failed: dict[tuple[str, str, str, int], list[tuple[int, str]]] = {}
     (package_dir / "aot").mkdir(parents=True, exist_ok=True)
     for it in items:
         e, key, record = it.entry, keys[it.name], records[it.name]
         where = (e.slot, e.shape_key, e.bucket)
         if not record.get("ok"):
-            failed.setdefault(where, []).append((it.m, str(record.get("error"))))
+            failed.setdefault((*where, it.pdl), []).append((it.m, str(record.get("error"))))
             continue
         target = package_dir / "aot" / f"{it.name}.so"
         shutil.copyfile(cache / f"{key}.so", target)
         os.chmod(target, 0o644)  # zip entries carry the mode: independent of the umask
         section = sections.setdefault(where, {"host": platform.machine(), "arch": arch, "ms": {}})
-        section["ms"][str(it.m)] = {"file": target.name, "function": it.name, "jit_function": record["jit_function"],
-                                    "constexprs": record["constexprs"], "runtime_args": record["runtime_args"]}
+        ms = section["ms"] if not it.pdl else section.setdefault("chained", {}).setdefault(str(it.pdl), {})
+        ms[str(it.m)] = {"file": target.name, "function": it.name, "jit_function": record["jit_function"],
+                         "constexprs": record["constexprs"], "runtime_args": record["runtime_args"]}
         report.builds += 1
-    for (slot, shape_key, bucket), fails in failed.items():
+        report.chained += it.pdl > 0
+    for (slot, shape_key, bucket, pdl), fails in failed.items():
         ms = sorted(m for m, _ in fails)
+        chained = f" chained (level {pdl})" if pdl else ""
         report.skipped.append(Problem(slot=slot, shape_key=shape_key, bucket=bucket,
-                                      reason=f"M={spans(ms)} JIT-compiled on the target: {fails[0][1]}"))
+                                      reason=f"M={spans(ms)}{chained} JIT-compiled on the target: {fails[0][1]}"))
     return report, sections

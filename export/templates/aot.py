@@ -2,7 +2,8 @@
 
 kerneltune's export compiled each CuTe entry at every M its bucket serves (``cute.compile(..., options="--gpu-arch
 sm_90a --enable-tvm-ffi")``, then ``export_to_c`` and a link into ``aot/<name>.so``); dispatch.json's entry says
-which M have one (``"aot": {"M": {"file", "function", "constexprs", "runtime_args"}}``). Here such a file is loaded
+which M have one (``"aot": {"ms": {"M": {"file", "function", "constexprs", "runtime_args"}}, "chained": {"1": {...},
+"2": {...}}}``: "ms" the plain launches, "chained" the builds as links of a chain, for variants that chain). Here such a file is loaded
 with ``cutlass.cute.runtime.load_module`` (it needs nvidia-cutlass-dsl's runtime library and apache-tvm-ffi, not
 the compiler), so nothing JIT-compiles when vLLM starts or captures its graphs.
 
@@ -41,21 +42,28 @@ def _arg(value: Any) -> Any:
     return int(value)
 
 
-def unusable(spec: dict[str, Any] | None, host: str | None) -> str | None:
-    """None when this entry's M has a shared object that can be loaded here, else why not."""
+def unusable(spec: dict[str, Any] | None, host: str | None, pdl: int = 0) -> str | None:
+    """None when this entry's M (at chain level ``pdl``) has a shared object that can be loaded here, else why not."""
     if os.environ.get(AOT_ENV, "1") == "0":
         return f"{AOT_ENV}=0"
     if not spec:
-        return "no ahead-of-time build for this M"
+        return "no ahead-of-time build for this M" + (f" at chain level {pdl}" if pdl else "")
     if host and platform.machine() != host:
         return f"the ahead-of-time builds are for a {host} host, this one is {platform.machine()}"
     return None
 
 
+def spec_for(built: dict[str, Any], m: int, pdl: int = 0) -> dict[str, Any] | None:
+    """The shared object's spec of M at chain level ``pdl`` in a dispatch entry's "aot" section, if it has one."""
+    ms = built.get("ms", {}) if not pdl else built.get("chained", {}).get(str(pdl), {})
+    return ms.get(str(m))
+
+
 def build(module: Any, config: dict[str, Any], arg: dict[str, Any],
-          spec: dict[str, Any]) -> tuple[Callable[..., None], str]:
-    """``module.build(config, arg)`` (a plain launch) with its cute.compile answered by the shared object of ``spec``:
+          spec: dict[str, Any], pdl: int = 0) -> tuple[Callable[..., None], str]:
+    """``module.build(config, arg[, pdl])`` with its cute.compile answered by the shared object of ``spec``:
     (the kernel, "aot") or, where the build did not ask for that exact kernel, (the JIT-compiled kernel, "jit: why")."""
+    kw = {"pdl": pdl} if pdl else {}
     import cutlass.cute as cute
     from cutlass.cute.runtime import load_module  # imports tvm_ffi when called, not here
 
@@ -64,7 +72,7 @@ def build(module: Any, config: dict[str, Any], arg: dict[str, Any],
         loaded = load_module(str(path))
         fn = loaded[spec["function"]]
     except Exception as exc:  # a host that cannot map it (no tvm-ffi, a policy against text relocations): JIT
-        return module.build(config, arg), f"jit: {spec['file']} did not load: {type(exc).__name__}: {exc}"
+        return module.build(config, arg, **kw), f"jit: {spec['file']} did not load: {type(exc).__name__}: {exc}"
     want = (list(spec["constexprs"]), int(spec["runtime_args"]))
     seen: list[str] = []
     real_compile = cute.compile
@@ -82,7 +90,7 @@ def build(module: Any, config: dict[str, Any], arg: dict[str, Any],
     with _lock:
         cute.compile = answer
         try:
-            kernel = module.build(config, arg)
+            kernel = module.build(config, arg, **kw)
         finally:
             cute.compile = real_compile
     if not seen:

@@ -180,14 +180,12 @@ def build_tuned(slot: str, shape_key: str, m: int, pdl: int = 0) -> tuple[Kernel
         return module.build(config, arg, **kw), "torch"
     if entry["language"] != "cute":
         return module.build(config, arg, **kw), "jit: no ahead-of-time builds for this language"
-    if pdl:
-        return module.build(config, arg, **kw), "jit: chained builds are compiled here"
     built = entry.get("aot") or {}
-    spec = built.get("ms", {}).get(str(m))
-    why = aot.unusable(spec, built.get("host"))
+    spec = aot.spec_for(built, m, pdl)
+    why = aot.unusable(spec, built.get("host"), pdl)
     if why:
-        return module.build(config, arg), f"jit: {why}"
-    return aot.build(module, config, arg, spec)
+        return module.build(config, arg, **kw), f"jit: {why}"
+    return aot.build(module, config, arg, spec, pdl)
 
 
 @functools.cache

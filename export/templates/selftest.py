@@ -155,10 +155,11 @@ def check_entry(entry: dict[str, Any], device: torch.device, rounds: int, every_
             # Its weights are inputs here, and a chained kernel may read its weights before the kernel ahead of it
             # is done: _trial makes and syncs the inputs first (as a model's weights are long in place).
             try:
-                chained, _ = dsp.build_tuned(entry["slot"], entry["shape_key"], m, pdl=1)
+                chained, how = dsp.build_tuned(entry["slot"], entry["shape_key"], m, pdl=1)
             except Exception as exc:
                 rep.status, rep.detail = "fail", f"M={m}: chained build raised {type(exc).__name__}: {exc}"
                 return rep
+            rep.builds.setdefault(f"chained {how}", []).append(m)
             failure, *_ = _trial(chained, "chained ", sem, dims, dtype, m, device, rep)
             if failure:
                 rep.status, rep.detail = "fail", failure
