@@ -37,7 +37,7 @@ MODES = ("jit_cold", "jit_warm", "aot")
 HOST_CALLS = 200
 
 
-def child(package: str, outputs_dir: str) -> dict[str, Any]:
+def child(package: str, outputs_dir: str, buckets: list[str] | None = None) -> dict[str, Any]:
     """One mode, in its own process: build and run every CuTe entry at every M of its bucket."""
     import importlib
 
@@ -52,7 +52,7 @@ def child(package: str, outputs_dir: str) -> dict[str, Any]:
     rows, hosts = [], []
     t_all = time.perf_counter()
     for entry in dsp.tuned_entries():
-        if entry["language"] != "cute":
+        if entry["language"] != "cute" or buckets and entry["bucket"] not in buckets:
             continue
         sem = reference.semantics(entry["slot"])
         shape = dsp.dispatch_table()["slots"][entry["slot"]][entry["shape_key"]]["shape"]
@@ -90,14 +90,15 @@ def child(package: str, outputs_dir: str) -> dict[str, Any]:
             "eager_m1": hosts}
 
 
-def run_mode(mode: str, site: Path, package: str, cache: Path, outputs: Path) -> dict[str, Any]:
+def run_mode(mode: str, site: Path, package: str, cache: Path, outputs: Path,
+             buckets: list[str] | None = None) -> dict[str, Any]:
     env = {**os.environ, "KT_LS_AOT": "0" if mode.startswith("jit") else "1", "CUTE_DSL_CACHE_DIR": str(cache),
            "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
            "KT_LS_ASSUME_HARDWARE": "1"}  # build_tuned ignores the hardware check; this only keeps dispatch quiet
     outputs.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
     code = (f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); from bench.aot_startup import child; "
-            f"print('RESULT ' + json.dumps(child({package!r}, {str(outputs)!r})))")
+            f"print('RESULT ' + json.dumps(child({package!r}, {str(outputs)!r}, {buckets!r})))")
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - t
@@ -124,7 +125,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--wheel", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--modes", default=",".join(MODES), help=f"a comma list of {MODES}; aot is always run")
+    ap.add_argument("--buckets", default=None, help="only the CuTe entries of these buckets (comma list)")
     args = ap.parse_args()
+    modes = [m for m in MODES if m in args.modes.split(",") or m == "aot"]
+    buckets = args.buckets.split(",") if args.buckets else None
     import torch
 
     from search.landscape import git_commit
@@ -142,12 +147,12 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(site),
                         str(wheel)], check=True)
         results = {}
-        for mode in MODES:
+        for mode in modes:
             cache = tmp / ("cache-jit" if mode.startswith("jit") else "cache-aot")
-            results[mode] = run_mode(mode, site, package, cache, tmp / f"out-{mode}")
+            results[mode] = run_mode(mode, site, package, cache, tmp / f"out-{mode}", buckets)
             print(f"{mode}: {results[mode]['builds_s']} s for {len(results[mode]['rows'])} builds", flush=True)
         rows = results["aot"]["rows"]
-        mismatched = {m: same_outputs(tmp / "out-aot", tmp / f"out-{m}", rows) for m in ("jit_cold", "jit_warm")}
+        mismatched = {m: same_outputs(tmp / "out-aot", tmp / f"out-{m}", rows) for m in modes if m != "aot"}
         # a chained build computes what the plain one does (the same seeded inputs): compared bit for bit too
         plain = {(r["shape_key"], r["bucket"], r["m"]): r["outputs"] for r in rows if r["pdl"] == 0}
         chained_vs_plain = [f"{r['shape_key']} M={r['m']} pdl={r['pdl']}" for r in rows if r["pdl"] and not equal(
