@@ -10,8 +10,9 @@ fresh process, builds and runs every CuTe entry of the package at every M its bu
 
 Per mode: the process's import time, each (entry, M, chain level)'s build seconds and how it was built
 (dispatch.build_tuned; chain levels 1 and 2 where the variant chains, as vLLM builds them with KT_LS_PDL=1 or 2), the
-first call, and the eager host time per call at M = 1 (plain launches). The outputs of one seeded call per (entry, M) are compared
-across modes bit for bit: an ahead-of-time kernel must compute exactly what the JIT one does. On a GPU only.
+first call, and the eager host time per call at M = 1 (plain launches). The outputs of one seeded call per (entry, M,
+chain level) are compared across modes bit for bit: an ahead-of-time kernel must compute exactly what the JIT one
+does; and a chained build's with the plain build's. On a GPU only.
 
     python bench/aot_startup.py --wheel WHEEL --out bench/results/<date>-<card>-cute-aot-startup.json
 """
@@ -76,7 +77,7 @@ def child(package: str, outputs_dir: str, buckets: list[str] | None = None) -> d
             rows.append({"slot": entry["slot"], "shape_key": entry["shape_key"], "bucket": entry["bucket"], "m": m,
                          "pdl": pdl, "module": entry["module"], "how": how, "build_s": round(built_s, 4),
                          "first_call_s": round(first_s, 5), "outputs": name})
-            if m == 1 and pdl == 0:  # eager host cost per call: the launch path in Python, not the kernel (a few us of GPU time)
+            if m == 1 and pdl == 0:  # eager host cost per call: the launch path in Python, not the kernel
                 for _ in range(10):
                     fn(**inputs, **outputs)
                 torch.cuda.synchronize()
@@ -178,7 +179,8 @@ def main() -> int:
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc["summary"], indent=1))
     print("outputs differ from aot:", mismatched, "chained differ from plain:", chained_vs_plain)
-    return 1 if any(mismatched.values()) or chained_vs_plain or results["aot"]["rows"] and not doc["summary"]["aot"]["built_aot"] else 0
+    none_aot = results["aot"]["rows"] and not doc["summary"]["aot"]["built_aot"]
+    return 1 if any(mismatched.values()) or chained_vs_plain or none_aot else 0
 
 
 if __name__ == "__main__":

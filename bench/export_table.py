@@ -55,7 +55,8 @@ def main() -> int:
     out = Path(args.out) / f"{record['date']}-{hardware}-export-{args.what}.json"
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"{out}: {res.wheel_filename} sha256 {res.sha256[:16]}, {res.entries} entries, "
-          f"{res.aot.builds} ahead-of-time builds ({res.aot.chained} chained), {len(res.slower)} entries with M given to stock, {seconds:.0f} s")
+          f"{res.aot.builds} ahead-of-time builds ({res.aot.chained} chained), {len(res.slower)} entries with M given "
+          f"to stock, {seconds:.0f} s")
     return 0
 
 

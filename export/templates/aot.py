@@ -3,9 +3,9 @@
 kerneltune's export compiled each CuTe entry at every M its bucket serves (``cute.compile(..., options="--gpu-arch
 sm_90a --enable-tvm-ffi")``, then ``export_to_c`` and a link into ``aot/<name>.so``); dispatch.json's entry says
 which M have one (``"aot": {"ms": {"M": {"file", "function", "constexprs", "runtime_args"}}, "chained": {"1": {...},
-"2": {...}}}``: "ms" the plain launches, "chained" the builds as links of a chain, for variants that chain). Here such a file is loaded
-with ``cutlass.cute.runtime.load_module`` (it needs nvidia-cutlass-dsl's runtime library and apache-tvm-ffi, not
-the compiler), so nothing JIT-compiles when vLLM starts or captures its graphs.
+"2": {...}}}``: "ms" the plain launches, "chained" the builds as links of a chain, for variants that chain). Here
+such a file is loaded with ``cutlass.cute.runtime.load_module`` (it needs nvidia-cutlass-dsl's runtime library and
+apache-tvm-ffi, not the compiler), so nothing JIT-compiles when vLLM starts or captures its graphs.
 
 Why the build goes through the variant's own ``build()``: the variant's source is what the service checked and
 timed, byte for byte (its content hash is its identity), and its build() holds the run-time checks and any buffers
@@ -63,9 +63,10 @@ def build(module: Any, config: dict[str, Any], arg: dict[str, Any],
           spec: dict[str, Any], pdl: int = 0) -> tuple[Callable[..., None], str]:
     """``module.build(config, arg[, pdl])`` with its cute.compile answered by the shared object of ``spec``:
     (the kernel, "aot") or, where the build did not ask for that exact kernel, (the JIT-compiled kernel, "jit: why")."""
-    kw = {"pdl": pdl} if pdl else {}
     import cutlass.cute as cute
     from cutlass.cute.runtime import load_module  # imports tvm_ffi when called, not here
+
+    kw = {"pdl": pdl} if pdl else {}
 
     path = resources.files(__package__).joinpath("aot", spec["file"])
     try:
