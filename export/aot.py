@@ -267,8 +267,7 @@ def build(entries: list[Entry], archs: list[str], package_dir: Path) -> tuple[Ao
     failed: dict[tuple[str, str, str, int], list[tuple[int, str]]] = {}
     (package_dir / "aot").mkdir(parents=True, exist_ok=True)
     for it in items:
-        e, key, record = it.entry, keys[it.name], records[it.name]
-        where = (e.slot, e.shape_key, e.bucket)
+        key, record, where = keys[it.name], records[it.name], _where(it)
         if not record.get("ok"):
             failed.setdefault((*where, it.pdl), []).append((it.m, str(record.get("error"))))
             continue

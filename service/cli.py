@@ -358,7 +358,8 @@ def export_cmd(hardware: str = typer.Option(..., help="hardware class the winner
         console.print(f"  never timed, runs stock: {shape} buckets {', '.join(buckets)}")
     built = res.get("aot") or {}
     if built.get("builds"):
-        console.print(f"  {built['builds']} CuTe DSL kernels compiled ahead of time for {built['arch']}")
+        console.print(f"  {built['builds']} CuTe DSL kernels compiled ahead of time for {built['arch']} "
+                      f"({built.get('chained', 0)} of them chained, for KT_LS_PDL=1/2)")
     for p in built.get("skipped", []):
         console.print(f"  JIT on the target: {p['slot']} {p['shape_key']} {p['bucket']}: {p['reason']}")
     for p in res.get("slower", []):

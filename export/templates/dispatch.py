@@ -3,7 +3,8 @@
 The tuned kernel of M's batch bucket when this machine matches the hardware the evidence was
 measured on; otherwise, or outside the tuned buckets, the stock torch kernel (explicit fallback,
 never an error). Stock also at the M of a bucket where the kernel's runs measured it slower than stock (the entry's
-"stock_ms"), and with KT_LS_CHECKED_M_ONLY=1 at the M of a bucket that its kernel's evidence did not check. ``explain`` says which one and why without building anything.
+"stock_ms"), and with KT_LS_CHECKED_M_ONLY=1 at the M of a bucket that its kernel's evidence did not check.
+``explain`` says which one and why without building anything.
 """
 
 from __future__ import annotations
