@@ -53,6 +53,7 @@ def main() -> int:
               "table": Path(args.table).name, "export_s": round(seconds, 1),
               "result": res.model_dump(exclude={"wheel_path", "export_id"})}
     out = Path(args.out) / f"{record['date']}-{hardware}-export-{args.what}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"{out}: {res.wheel_filename} sha256 {res.sha256[:16]}, {res.entries} entries, "
           f"{res.aot.builds} ahead-of-time builds ({res.aot.chained} chained), {len(res.slower)} entries with M given "
