@@ -12,6 +12,9 @@ export PYTHONUNBUFFERED=1 KT_DATA_DIR=/tmp/kt
 rm -rf /tmp/kt-service-*
 L=$OUT/run.log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$L"
+# provenance of every file a call writes beside this log (the JSON results carry their own header)
+PROVENANCE="date $(date -u +%FT%TZ), device $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1), commit ${KT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}, script ${0#"$PWD"/}"
+echo "# $PROVENANCE" >> "$L"
 run() { echo "== $(date +%T) $*" >> "$L"; "$@" >> "$L" 2>&1; echo "== exit $? $(date +%T)" >> "$L"; }
 # pr LIMIT_S PARALLEL pipeline_runs-args...
 pr() { run timeout "$1" python3 bench/pipeline_runs.py --parallel "$2" --timeout 90 --out "$OUT" "${@:3}"; rm -f "$OUT"/*.md; }
@@ -25,7 +28,8 @@ selftest_exported() {
     run python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/exported "$whl"
     # from /tmp with only the wheel on the path (and KT_SELFTEST_PATH: CuTe DSL where a winner is a CuTe
     # kernel, exported as source): the package must run without kerneltune
-    (cd /tmp && PYTHONPATH=/tmp/exported${KT_SELFTEST_PATH:+:$KT_SELFTEST_PATH} timeout "${KT_SELFTEST_S:-240}" python3 -m "$pkg.selftest" ${KT_SELFTEST_ARGS:-}) > "$OUT/${KT_SELFTEST_TXT:-selftest.txt}" 2>&1
+    echo "# $PROVENANCE; python3 -m $pkg.selftest ${KT_SELFTEST_ARGS:-} ($(basename "$whl"))" > "$OUT/${KT_SELFTEST_TXT:-selftest.txt}"
+    (cd /tmp && PYTHONPATH=/tmp/exported${KT_SELFTEST_PATH:+:$KT_SELFTEST_PATH} timeout "${KT_SELFTEST_S:-240}" python3 -m "$pkg.selftest" ${KT_SELFTEST_ARGS:-}) >> "$OUT/${KT_SELFTEST_TXT:-selftest.txt}" 2>&1
     echo "== selftest exit $? $(date +%T)" >> "$L"
   done
 }
