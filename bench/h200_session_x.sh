@@ -21,8 +21,11 @@ if [ -n "${KT_REQUIRE_HW:-}" ] && [ "$HW" != "$KT_REQUIRE_HW" ]; then
   echo "== this card is $HW, the session needs $KT_REQUIRE_HW: stopped" >> "$L"; cat "$L"; exit 3
 fi
 RESUME=(--resume-db "$DB"); [ "$DB" = none ] && RESUME=()  # KT_RESUME_DB=none: a fresh service DB
+# The plan's deadline leaves KT_TUNING_MARGIN_S for the runs in flight, the winners and the export, whose CuTe kernels
+# are compiled ahead of time (38 builds in session 33's H200 table): 45 s was too little there and `timeout` cut the
+# step before its table was written.
 run timeout "$S" python3 bench/service_tuning.py --plan "$PLAN" --hardware "$HW" --what "$WHAT" \
-    --workers "${KT_WORKERS:-12}" --export --budget-s "$(( S - 45 ))" "${RESUME[@]}" \
+    --workers "${KT_WORKERS:-12}" --export --budget-s "$(( S - ${KT_TUNING_MARGIN_S:-110} ))" "${RESUME[@]}" \
     --data-dir "/tmp/kt-service-$WHAT" --out "$OUT"
 rm -f "$OUT"/*.md
 W=$(ls -t "$OUT"/*-"$WHAT".json | head -n1)

@@ -5,6 +5,8 @@ Starts the embedded stack (API + one Celery worker on the local GPU, SQLite + fi
 the lent H200 has no Redis), submits every variant of a plan over REST, runs one evaluation job
 per variant, waits, and writes bench/results/<date>-<hw>-<what>.json/.md from GET /v1/winners and
 GET /v1/leaderboard. The SQLite file is copied next to the results as the evidence behind them.
+Stopped by SIGTERM (a session script's `timeout`), it stops the stack and still copies the DB, with every
+run finished so far: `--resume-db` on that copy and a plan of no runs writes the table and wheel later.
 
     python bench/service_tuning.py --plan bench/plans/h200_decode.json --hardware h200 --out $OUT
 """
@@ -16,6 +18,7 @@ import datetime as dt
 import json
 import math
 import os
+import signal
 import sqlite3
 import sys
 import time
@@ -295,13 +298,20 @@ def main() -> None:
 
     plan = json.loads(Path(args.plan).read_text())
     data_dir = Path(args.data_dir)
+    # SIGTERM's default ends the process without `finally`: the stack's processes (their own sessions) would
+    # outlive it and a later run on the same port would talk to them.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if args.resume_db:
         resume_db(Path(args.resume_db), data_dir / "kerneltune.db")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    date = dt.date.today().isoformat()
+    stem = f"{date}-{args.hardware}-{args.what}"
     t0 = time.monotonic()
     stack = EmbeddedStack(data_dir, port=args.port, hardware=args.hardware, workers=args.workers,
                           env_extra={"KT_DEVICE": args.device, "KT_RUN_TIMEOUT_S": os.environ.get("KT_RUN_TIMEOUT_S", "150")})
-    stack.start()
     try:
+        stack.start()
         client = Client(stack.url, token=token_for(data_dir))
         jobs = run_plan(client, plan, args.hardware, deadline=t0 + args.budget_s)
         checks = (bucket_checks(client, args.hardware, plan["deployment"]["spec"], args.bucket_checks_s)
@@ -317,25 +327,33 @@ def main() -> None:
         raise SystemExit(f"service error: {exc}")
     finally:
         stack.stop()
+        copy_db(data_dir, out / f"{stem}.sqlite")
     fp = next((f for f in fingerprints.values() if f), {}) or {}
-    date = dt.date.today().isoformat()
     header = {"what": f"kerneltune service tuning: {args.what}", "date": date,
               "device": (fp.get("fields") or {}).get("name", args.device), "fingerprint": fp,
               "commit": git_commit(REPO), "command": " ".join(sys.argv), "plan": plan, "jobs": jobs,
               "variant_files": variant_files, "export": export, "bucket_checks": checks,
               "wall_s": round(time.monotonic() - t0, 1)}
     summary = summarise(winners, board)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"{date}-{args.hardware}-{args.what}"
     (out / f"{stem}.json").write_text(json.dumps({**header, "summary": summary, "winners": winners,
                                                   "leaderboard": board}, indent=1, default=str))
     (out / f"{stem}.md").write_text(markdown(header, summary))
-    # Through SQLite's backup API: a plain file copy misses what is still in the WAL (seen on the
-    # H200: the copied file showed finished jobs as queued).
-    with sqlite3.connect(data_dir / "kerneltune.db") as src, sqlite3.connect(out / f"{stem}.sqlite") as dst:
-        src.backup(dst)
     print(markdown(header, summary))
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(f"stopped by signal {signum}: the stack is stopped and the DB copied with the runs finished so far")
+
+
+def copy_db(data_dir: Path, dst: Path) -> None:
+    """The service DB next to the results, through SQLite's backup API: a plain file copy misses what is still in
+    the WAL (seen on the H200: the copied file showed finished jobs as queued)."""
+    src_path = data_dir / "kerneltune.db"
+    if not src_path.exists():
+        return
+    dst.unlink(missing_ok=True)
+    with sqlite3.connect(src_path) as src, sqlite3.connect(dst) as d:
+        src.backup(d)
 
 
 if __name__ == "__main__":

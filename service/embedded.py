@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,11 +25,22 @@ def default_data_dir() -> Path:
 def embedded_env(data_dir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for the embedded default: SQLite file + filesystem broker under ``data_dir``."""
     env = dict(os.environ)
-    env.setdefault("KT_DATA_DIR", str(data_dir))
+    # The stack's own folder, whatever KT_DATA_DIR the caller's shell has: the filesystem broker's queues and the
+    # admin token live there, and two stacks sharing them would hand each other's runs and tokens around.
+    env["KT_DATA_DIR"] = str(data_dir)
     env.setdefault("KT_DATABASE_URL", f"sqlite:///{data_dir / 'kerneltune.db'}")
     env.setdefault("KT_BROKER_URL", "filesystem://")
     env.update(extra or {})
     return env
+
+
+def port_answers(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections on (host, port)."""
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 def api_command(host: str, port: int, workers: int = 1) -> list[str]:
@@ -103,10 +115,18 @@ class EmbeddedStack:
         return self._spawn(control_worker_command(), "control")
 
     def start(self, ready_timeout_s: float = 90.0) -> "EmbeddedStack":
+        # An API already on the port (one an earlier, killed run left behind) would answer wait_ready while ours
+        # fails to bind: everything after would go to that other service and its DB (seen on the H200).
+        if port_answers(self.host, self.port):
+            raise RuntimeError(f"{self.url} already answers: another server holds port {self.port} (an earlier "
+                               f"stack left running?); stop it or choose another port")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.ensure_admin_token()
-        self.start_api()
+        api = self.start_api()
         Client(self.url).wait_ready(ready_timeout_s)  # the API migrates the DB before it is ready
+        if api.poll() is not None:
+            raise RuntimeError(f"the API process exited ({api.returncode}) while {self.url} answered: another "
+                               f"server took port {self.port}; see {(self.log_dir or self.data_dir / 'logs') / 'api.log'}")
         for i in range(self.workers):
             self.start_worker(i)
         if self.control_worker:
