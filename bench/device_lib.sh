@@ -78,7 +78,9 @@ _every_m_part() {  # WHEEL_DIR NAME SECONDS SLOTS...
 use_plan() {
   PLAN=$1
   if python3 -c "import cutlass.cute" 2>> "$L"; then
-    export KT_SELFTEST_PATH=/tmp/site/nvidia_cutlass_dsl/python_packages:/tmp/site
+    # /tmp/site2 (the carried .whl2) holds apache-tvm-ffi, which loads the wheel's ahead-of-time CuTe objects: without
+    # it the self-test JIT-compiles them instead (session 33's H200 self-test: "did not load: No module named 'tvm_ffi'")
+    export KT_SELFTEST_PATH=/tmp/site/nvidia_cutlass_dsl/python_packages:/tmp/site:/tmp/site2
   else
     echo "== CuTe DSL not importable: the plan runs without its CuTe variant" >> "$L"
     python3 -c "import json,sys; p=json.load(open(sys.argv[1])); p['variants']=[v for v in p['variants'] if v['language']!='cute']; json.dump(p,open('/tmp/plan.json','w'))" "$1"

@@ -12,7 +12,7 @@ source "$(dirname "$0")/device_lib.sh"  # first_of, and the log under $OUT
 if [ "$HW" = h200 ]; then
   # sessions 27-29's calls (bench/session_s27a.sh, session_s28b.sh, session_s29a.sh) write decode-tuning-s27 / -s28 / -s29: their tables
   # extend s26's plan; the latest session's that is here (not ls -t: a checkout's mtimes are when it was copied)
-  W=$(first_of bench/results/*-h200-decode-tuning-s29.json bench/results/*-h200-decode-tuning-s28.json bench/results/*-h200-decode-tuning-s27.json \
+  W=$(first_of bench/results/*-h200-decode-tuning-s34.json bench/results/*-h200-decode-tuning-s33.json bench/results/*-h200-decode-tuning-s29.json bench/results/*-h200-decode-tuning-s28.json bench/results/*-h200-decode-tuning-s27.json \
       bench/results/*-h200-decode-tuning-s26.json)
   SELFTEST="--slot shared_expert --slot dense_gemm --slot oproj_residual_norm --slot mla_norms_gemm"
   ST_S=80 ATTN=1,4,16 LAYER=1,2,4,16

@@ -109,3 +109,19 @@ def test_s30_fills_the_bucket_one_move_could_not() -> None:
     moved = fits(file, m32, "q_a_norm_q_b_proj", 64)
     assert moved and all(c["BLOCK_M"] == 64 and sum(c[k] != m32[k] for k in m32) == 2 for c in moved)
     assert all(c["BLOCK_M"] == 64 for c in item["configs"])
+
+
+def test_s34_h200_is_what_session_33s_cut_step_left() -> None:
+    """make_s34 reads the cut step's log: its 68 submissions are s29_h200's items in order, and the items whose jobs
+    were cancelled at the deadline (32) make s34_h200.json, rmsnorm_gemm 33-64 (no H200 verdict yet) among them."""
+    from bench.plans.make_s34 import LOG, PLAN, cancelled_items
+
+    plan = json.loads((REPO / PLAN).read_text())
+    items = cancelled_items(plan, (REPO / LOG).read_text())
+    assert json.loads((REPO / "bench/plans/s34_h200.json").read_text())["variants"] == items
+    assert len(items) == 32 and all(item in plan["variants"] for item in items)
+    assert any(item["slot"] == "rmsnorm_gemm" and item["batch_sizes"] == [64] for item in items)
+    db = sqlite3.connect(f"file:{REPO / 'bench/results/2026-12-07-h200-decode-tuning-s33.sqlite'}?mode=ro&immutable=1",
+                         uri=True)
+    assert ("rmsnorm_gemm", "q_a_norm_q_b_proj", "33-64") not in set(
+        db.execute("SELECT slot, shape_name, batch_bucket FROM winners WHERE hardware = 'h200'"))
