@@ -112,6 +112,16 @@ tune_then_layer() {
 tune_in_call() {
   KT_REQUIRE_HW=$HW KT_MOE_BATCHES=none KT_ATTN_BATCHES= KT_SELFTEST_S=0 bash "$(dirname "${BASH_SOURCE[0]}")/h200_session_x.sh"
 }
+# tune_then_every_m: tune_in_call, then the new table's wheel self-tested at every M (selftest_every_m) in what is left
+# of KT_CALL_S (550 s: the command's 600 s less the install), then the log's summary lines (sessions 29 and 34).
+tune_then_every_m() {
+  tune_in_call
+  use_plan "$KT_PLAN"  # KT_SELFTEST_PATH: CuTe DSL and apache-tvm-ffi on the self-test's path (the CuTe entries need it)
+  local left=$(( ${KT_CALL_S:-550} - SECONDS ))
+  if [ "$left" -ge 60 ]; then selftest_every_m "$OUT" "$left"; else echo "== no time for the every-M self-test" >> "$L"; fi
+  rm -f "$OUT"/*.whl  # at most 8 files come back: the wheel is rebuilt from the DB by any export
+  grep -E "^== |geomean|rror" "$L" | tail -24
+}
 # tune_then_layer_in_call BATCHES MIN_S: the H200 form of a call (sessions 26-28): bench/h200_session_x.sh with the
 # KT_PLAN, KT_WHAT, KT_TUNING_S and KT_RESUME_DB the caller exported, on the card the caller found ($HW), with no MoE or
 # attention block and no self-test (tune_in_call); then the decode layer at BATCHES in what is left of the call (KT_CALL_S: the

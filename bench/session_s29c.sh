@@ -6,12 +6,8 @@
 # every-M check. On another card it does nothing.
 HW=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | grep -oiE 'h100|h200' | tr A-Z a-z)
 [ "$HW" = h200 ] || { echo "session 29 call C: H200 only; this card: $HW"; exit 0; }
-export KT_PLAN=bench/plans/s29_h200.json KT_WHAT=decode-tuning-s29 KT_TUNING_S=${KT_TUNING_S:-300} \
-  KT_RESUME_DB=bench/results/2026-12-06-h200-decode-tuning-s25.sqlite
+# KT_PLAN, KT_WHAT and KT_RESUME_DB, when set, make it another session's (bench/session_s34a.sh)
+export KT_PLAN=${KT_PLAN:-bench/plans/s29_h200.json} KT_WHAT=${KT_WHAT:-decode-tuning-s29} KT_TUNING_S=${KT_TUNING_S:-300} \
+  KT_RESUME_DB=${KT_RESUME_DB:-bench/results/2026-12-06-h200-decode-tuning-s25.sqlite}
 source "$(dirname "$0")/device_lib.sh"
-tune_in_call
-use_plan "$KT_PLAN"  # here too, for KT_SELFTEST_PATH: CuTe DSL on the self-test's path (the CuTe entries need it)
-left=$(( ${KT_CALL_S:-550} - SECONDS ))
-if [ "$left" -ge 60 ]; then selftest_every_m "$OUT" "$left"; else echo "== no time for the every-M self-test" >> "$L"; fi
-rm -f "$OUT"/*.whl  # at most 8 files come back: the wheel is rebuilt from the DB by any export
-grep -E "^== |geomean|rror" "$L" | tail -24
+tune_then_every_m
