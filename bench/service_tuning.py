@@ -18,7 +18,6 @@ import datetime as dt
 import json
 import math
 import os
-import signal
 import sqlite3
 import sys
 import time
@@ -31,7 +30,7 @@ sys.path.insert(0, str(REPO))
 from kernels.variant_meta import declared_literals, declared_space  # noqa: E402
 from search.landscape import git_commit  # noqa: E402
 from service.client import ApiError, Client  # noqa: E402
-from service.embedded import EmbeddedStack  # noqa: E402
+from service.embedded import EmbeddedStack, exit_on_sigterm  # noqa: E402
 
 SMALL_M = (1, 2, 4, 8, 16)
 SHIPPED_AUTHOR = "kerneltune-shipped"
@@ -298,9 +297,8 @@ def main() -> None:
 
     plan = json.loads(Path(args.plan).read_text())
     data_dir = Path(args.data_dir)
-    # SIGTERM's default ends the process without `finally`: the stack's processes (their own sessions) would
-    # outlive it and a later run on the same port would talk to them.
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # A later run on the same port would otherwise talk to this one's stack (seen on the H200)
+    exit_on_sigterm()
     if args.resume_db:
         resume_db(Path(args.resume_db), data_dir / "kerneltune.db")
     out = Path(args.out)
@@ -339,10 +337,6 @@ def main() -> None:
                                                   "leaderboard": board}, indent=1, default=str))
     (out / f"{stem}.md").write_text(markdown(header, summary))
     print(markdown(header, summary))
-
-
-def _exit_on_sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(f"stopped by signal {signum}: the stack is stopped and the DB copied with the runs finished so far")
 
 
 def copy_db(data_dir: Path, dst: Path) -> None:

@@ -19,7 +19,8 @@ from rich.table import Table
 from kernels.deployment import spans
 from kernels.variant_meta import declared_space
 from service.client import ApiError, Client
-from service.embedded import EmbeddedStack, api_command, default_data_dir, embedded_env, worker_command
+from service.embedded import (EmbeddedStack, StackError, api_command, default_data_dir, embedded_env,
+                              exit_on_sigterm, worker_command)
 
 app = typer.Typer(help="kerneltune: submit, check, time and rank decode-path kernels.", no_args_is_help=True)
 # A pipe or a log file gets wide tables rather than rich's 80-column default.
@@ -64,12 +65,16 @@ def up(port: int = 8765, data_dir: Optional[Path] = typer.Option(None, help="def
        workers: int = 1) -> None:
     """Start the embedded service (SQLite + no-server broker) with local workers; Ctrl-C stops it."""
     stack = EmbeddedStack(data_dir or default_data_dir(), port=port, workers=workers)
-    with console.status("starting API and worker..."):
-        stack.start()
-    console.print(f"kerneltune is up at [bold]{stack.url}[/bold] (data in {stack.data_dir}); Ctrl-C to stop")
-    _print_token_file(stack)
+    exit_on_sigterm()  # `kill` stops the stack too, as Ctrl-C does
     try:
+        with console.status("starting API and worker..."):
+            stack.start()
+        console.print(f"kerneltune is up at [bold]{stack.url}[/bold] (data in {stack.data_dir}); Ctrl-C to stop")
+        _print_token_file(stack)
         signal.pause()
+    except StackError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1)
     except KeyboardInterrupt:
         pass
     finally:
@@ -379,11 +384,12 @@ def demo(port: int = 8765, data_dir: Optional[Path] = typer.Option(None, help="d
     through the REST API, evaluate it at every batch size, and print the leaderboard."""
     t0 = time.monotonic()
     stack = EmbeddedStack(data_dir or Path.cwd() / ".kerneltune" / "demo", port=port)
-    with console.status("starting the embedded service (SQLite, filesystem broker) and a CPU worker..."):
-        stack.start()
-    console.print(f"service at {stack.url}, data in {stack.data_dir}")
-    _print_token_file(stack)
+    exit_on_sigterm()
     try:
+        with console.status("starting the embedded service (SQLite, filesystem broker) and a CPU worker..."):
+            stack.start()
+        console.print(f"service at {stack.url}, data in {stack.data_dir}")
+        _print_token_file(stack)
         client = stack.client()
         variant = submit_variant(client, SHIPPED / "torch" / "dense_gemm_matmul.py", "dense_gemm", "torch",
                                  None, author="kerneltune-demo", notes="shipped torch variant")
@@ -402,6 +408,9 @@ def demo(port: int = 8765, data_dir: Optional[Path] = typer.Option(None, help="d
             signal.pause()
     except ApiError as exc:
         _fail(exc)
+    except StackError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1)
     except KeyboardInterrupt:
         pass
     finally:

@@ -34,6 +34,18 @@ def embedded_env(data_dir: Path, extra: dict[str, str] | None = None) -> dict[st
     return env
 
 
+class StackError(RuntimeError):
+    """The embedded stack cannot start as asked (its port is taken)."""
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (kill, `timeout`, docker stop) raise SystemExit, so that the caller's `finally: stack.stop()` runs:
+    by default it ends the process at once, and the stack's processes, each in its own session, would outlive it."""
+    def _exit(signum: int, frame: object) -> None:
+        raise SystemExit(f"stopped by signal {signum}")
+    signal.signal(signal.SIGTERM, _exit)
+
+
 def port_answers(host: str, port: int) -> bool:
     """Whether something accepts TCP connections on (host, port)."""
     try:
@@ -118,14 +130,14 @@ class EmbeddedStack:
         # An API already on the port (one an earlier, killed run left behind) would answer wait_ready while ours
         # fails to bind: everything after would go to that other service and its DB (seen on the H200).
         if port_answers(self.host, self.port):
-            raise RuntimeError(f"{self.url} already answers: another server holds port {self.port} (an earlier "
+            raise StackError(f"{self.url} already answers: another server holds port {self.port} (an earlier "
                                f"stack left running?); stop it or choose another port")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.ensure_admin_token()
         api = self.start_api()
         Client(self.url).wait_ready(ready_timeout_s)  # the API migrates the DB before it is ready
         if api.poll() is not None:
-            raise RuntimeError(f"the API process exited ({api.returncode}) while {self.url} answered: another "
+            raise StackError(f"the API process exited ({api.returncode}) while {self.url} answered: another "
                                f"server took port {self.port}; see {(self.log_dir or self.data_dir / 'logs') / 'api.log'}")
         for i in range(self.workers):
             self.start_worker(i)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from service.client import ApiError, Client
-from service.embedded import EmbeddedStack, embedded_env, port_answers
+from service.embedded import EmbeddedStack, StackError, embedded_env, port_answers
 from tests.support.servers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ def test_a_stack_refuses_a_port_another_server_holds(tmp_path: Path) -> None:
         other.bind(("127.0.0.1", port))
         other.listen()
         stack = EmbeddedStack(tmp_path / "data", port=port)
-        with pytest.raises(RuntimeError, match=f"already answers: another server holds port {port}"):
+        with pytest.raises(StackError, match=f"already answers: another server holds port {port}"):
             stack.start()
         assert stack.procs == []  # nothing was started
     assert not port_answers("127.0.0.1", port)
@@ -101,3 +101,37 @@ def test_service_tuning_stopped_by_sigterm_stops_its_stack_and_keeps_the_db(tmp_
     with sqlite3.connect(db) as c:
         assert c.execute("select count(*) from jobs").fetchone()[0] == 1
     assert not list(out.glob("*-cpu-cut.json"))  # no results file from a step that did not finish
+
+
+def _kerneltune(*args: str) -> list[str]:
+    return [sys.executable, "-m", "service.cli", *args]
+
+
+def test_kerneltune_up_on_a_taken_port_says_so(tmp_path: Path) -> None:
+    port = free_port()
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", port))
+        other.listen()
+        out = subprocess.run(_kerneltune("up", "--port", str(port), "--data-dir", str(tmp_path / "data")), cwd=REPO,
+                             capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and f"another server holds port {port}" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.timeout(180)
+def test_kerneltune_up_stopped_by_sigterm_stops_its_stack(tmp_path: Path) -> None:
+    data_dir, port = tmp_path / "data", free_port()
+    proc = subprocess.Popen(_kerneltune("up", "--port", str(port), "--data-dir", str(data_dir)), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        t0 = time.monotonic()
+        while not (port_answers("127.0.0.1", port) and len(_stack_pids(data_dir)) >= 2):  # the API and a worker
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() - t0 < 120, "the stack did not come up"
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not port_answers("127.0.0.1", port), "the API outlived `kerneltune up`"
+    assert _stack_pids(data_dir) == [], "a worker or the API outlived `kerneltune up`"
