@@ -15,6 +15,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 # provenance of every file a call writes beside this log (the JSON results carry their own header)
 PROVENANCE="date $(date -u +%FT%TZ), device $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1), commit ${KT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}, script ${0#"$PWD"/}"
 echo "# $PROVENANCE" >> "$L"
+# CuTe DSL (the carried .cutexz) and /tmp/site2 (the carried .whl2, with apache-tvm-ffi, which loads the wheels'
+# ahead-of-time CuTe objects: without it the self-test JIT-compiles them instead, as session 33's H200 self-test did,
+# "did not load: No module named 'tvm_ffi'") on an exported wheel's self-test path
+CUTE_SELFTEST_PATH=/tmp/site/nvidia_cutlass_dsl/python_packages:/tmp/site:/tmp/site2
 run() { echo "== $(date +%T) $*" >> "$L"; "$@" >> "$L" 2>&1; echo "== exit $? $(date +%T)" >> "$L"; }
 # pr LIMIT_S PARALLEL pipeline_runs-args...
 pr() { run timeout "$1" python3 bench/pipeline_runs.py --parallel "$2" --timeout 90 --out "$OUT" "${@:3}"; rm -f "$OUT"/*.md; }
@@ -78,9 +82,7 @@ _every_m_part() {  # WHEEL_DIR NAME SECONDS SLOTS...
 use_plan() {
   PLAN=$1
   if python3 -c "import cutlass.cute" 2>> "$L"; then
-    # /tmp/site2 (the carried .whl2) holds apache-tvm-ffi, which loads the wheel's ahead-of-time CuTe objects: without
-    # it the self-test JIT-compiles them instead (session 33's H200 self-test: "did not load: No module named 'tvm_ffi'")
-    export KT_SELFTEST_PATH=/tmp/site/nvidia_cutlass_dsl/python_packages:/tmp/site:/tmp/site2
+    export KT_SELFTEST_PATH=$CUTE_SELFTEST_PATH
   else
     echo "== CuTe DSL not importable: the plan runs without its CuTe variant" >> "$L"
     python3 -c "import json,sys; p=json.load(open(sys.argv[1])); p['variants']=[v for v in p['variants'] if v['language']!='cute']; json.dump(p,open('/tmp/plan.json','w'))" "$1"

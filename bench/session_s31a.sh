@@ -14,7 +14,7 @@ W=$(first_of .aotw/*_"$HW"-*.whl)
 run timeout "${KT_AOT_BENCH_S:-400}" python3 bench/aot_startup.py --wheel "$W" \
     --out "$OUT/$(date +%F)-$HW-cute-aot-startup${KT_AOT_SUFFIX:+-$KT_AOT_SUFFIX}.json"
 rm -rf /tmp/aotw && mkdir -p /tmp/aotw && cp "$W" /tmp/aotw/
-KT_SELFTEST_PATH=/tmp/site/nvidia_cutlass_dsl/python_packages:/tmp/site:/tmp/site2 KT_WHEEL_DIR=/tmp/aotw \
+KT_SELFTEST_PATH=$CUTE_SELFTEST_PATH KT_WHEEL_DIR=/tmp/aotw \
   KT_SELFTEST_S=$(( ${KT_CALL_S:-550} - SECONDS )) KT_SELFTEST_TXT=selftest-aot-dense-every-m${KT_AOT_SUFFIX:+-$KT_AOT_SUFFIX}.txt \
   KT_SELFTEST_ARGS="--slot dense_gemm --every-m --rounds 3" selftest_exported
 grep -E "^== |builds|rror" "$L" | tail -12

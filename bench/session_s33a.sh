@@ -12,7 +12,7 @@ source "$(dirname "$0")/device_lib.sh"
 W=$(first_of .aotw/*_h200-*.whl)
 [ -n "$W" ] || { echo "session 33 call A: no carried H200 wheel" | tee -a "$L"; exit 0; }
 rm -rf /tmp/aotw && mkdir -p /tmp/aotw && cp "$W" /tmp/aotw/
-export KT_SELFTEST_PATH=/tmp/site/nvidia_cutlass_dsl/python_packages:/tmp/site:/tmp/site2
+export KT_SELFTEST_PATH=$CUTE_SELFTEST_PATH
 selftest_every_m /tmp/aotw $(( ${KT_CALL_S:-550} - SECONDS ))
 for f in "$OUT"/selftest-every-m-*.txt; do [ -e "$f" ] && mv "$f" "${f%.txt}-h200-table.txt"; done
 grep -E "^== |rror" "$L" | tail -12

@@ -34,8 +34,8 @@ def _client(api: str | None) -> Client:
     return Client(api)
 
 
-def _fail(exc: ApiError) -> None:
-    console.print(f"[red]error:[/red] {exc.detail}")
+def _fail(exc: ApiError | StackError) -> None:
+    console.print(f"[red]error:[/red] {exc.detail if isinstance(exc, ApiError) else exc}")
     raise typer.Exit(1)
 
 
@@ -73,8 +73,7 @@ def up(port: int = 8765, data_dir: Optional[Path] = typer.Option(None, help="def
         _print_token_file(stack)
         signal.pause()
     except StackError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1)
+        _fail(exc)
     except KeyboardInterrupt:
         pass
     finally:
@@ -406,11 +405,8 @@ def demo(port: int = 8765, data_dir: Optional[Path] = typer.Option(None, help="d
         if keep_running:
             console.print("service still running; Ctrl-C to stop")
             signal.pause()
-    except ApiError as exc:
+    except (ApiError, StackError) as exc:
         _fail(exc)
-    except StackError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1)
     except KeyboardInterrupt:
         pass
     finally:

@@ -109,10 +109,14 @@ class EmbeddedStack:
     def env(self) -> dict[str, str]:
         return embedded_env(self.data_dir, {"KT_API_URL": self.url, **self.env_extra})
 
+    @property
+    def logs(self) -> Path:
+        """Where each process's log goes (<name>.log)."""
+        return self.log_dir or self.data_dir / "logs"
+
     def _spawn(self, cmd: list[str], log_name: str) -> subprocess.Popen:
-        log_dir = self.log_dir or self.data_dir / "logs"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(log_dir / f"{log_name}.log", "ab")
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = open(self.logs / f"{log_name}.log", "ab")
         proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(proc)
         return proc
@@ -131,14 +135,14 @@ class EmbeddedStack:
         # fails to bind: everything after would go to that other service and its DB (seen on the H200).
         if port_answers(self.host, self.port):
             raise StackError(f"{self.url} already answers: another server holds port {self.port} (an earlier "
-                               f"stack left running?); stop it or choose another port")
+                             f"stack left running?); stop it or choose another port")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.ensure_admin_token()
         api = self.start_api()
         Client(self.url).wait_ready(ready_timeout_s)  # the API migrates the DB before it is ready
         if api.poll() is not None:
             raise StackError(f"the API process exited ({api.returncode}) while {self.url} answered: another "
-                               f"server took port {self.port}; see {(self.log_dir or self.data_dir / 'logs') / 'api.log'}")
+                             f"server took port {self.port}; see {self.logs / 'api.log'}")
         for i in range(self.workers):
             self.start_worker(i)
         if self.control_worker:
