@@ -65,6 +65,9 @@ def _preload() -> dict[str, Any]:
     import kernels.catalogue
     import workers.child  # noqa: F401
     import workers.pipeline  # noqa: F401  (torch.profiler, the timers, the check and bench code)
+    # The child's profiler warm-up (workers/pipeline.py) would import it first: ~1 s of CPU in every non-torch
+    # evaluation. An import starts no thread and touches no CUDA; starting the profiler here would, so it stays there.
+    import torch._dynamo  # noqa: F401
     from kernels.backends.compile_cache import configure_language_caches
 
     kernels.catalogue.all_slots()  # slot objects are plain Python: no tensors are created
