@@ -1,7 +1,8 @@
 """A SIGKILLed worker leaves no sandbox child behind: in zygote mode the zygote sees its control socket
 close and kills its children (and each child has PR_SET_PDEATHSIG on the zygote); in spawn mode the
 child has PR_SET_PDEATHSIG on the evaluating thread. Without either, a hung kernel would keep the
-device after its worker is gone."""
+device after its worker is gone. Nor any file: the next worker to start a run sweeps the dead one's
+scratch folders (workers/workdirs.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from workers.workdirs import sweep_stale
 
 REPO = Path(__file__).resolve().parents[1]
 HANG = "import time\ndef build(config, shape):\n    time.sleep(600)\n"
@@ -59,12 +62,15 @@ def test_sigkilled_worker_leaves_no_sandbox_child(tmp_path: Path, mode: str) -> 
             assert time.monotonic() < deadline, "the sandbox child never started"
             time.sleep(0.2)
         time.sleep(1.0)  # past the child's setup: it is in the variant's sleep now
+        workdirs = {os.readlink(f"/proc/{p}/cwd") for p in children}
         worker.send_signal(signal.SIGKILL)
         worker.wait(10)
         deadline = time.monotonic() + 15
         while alive := [p for p in children if Path(f"/proc/{p}").exists() and not _zombie(p)]:
             assert time.monotonic() < deadline, f"sandbox children {alive} outlived their SIGKILLed worker"
             time.sleep(0.2)
+        sweep_stale()  # what the next worker's first run does
+        assert not [d for d in workdirs if os.path.exists(d)], "the killed worker's run directory was not swept"
     finally:
         if worker.poll() is None:
             worker.kill()

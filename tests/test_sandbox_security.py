@@ -4,6 +4,7 @@ default sandbox mode (KT_SANDBOX_MODE, zygote unless set)."""
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import shutil
 import os
@@ -39,7 +40,7 @@ def _digest(path: Path) -> str:
 def _leftovers(source: str) -> list[str]:
     """Private directories of runs of this source still on disk."""
     run_id = f"test-{source_hash(source)[:8]}"
-    return [n for n in os.listdir(tempfile.gettempdir()) if n.startswith(f"kt-run-{run_id}-")]
+    return glob.glob(os.path.join(tempfile.gettempdir(), "kt-owner-*", f"kt-run-{run_id}-*"))
 
 
 def test_database_and_data_dir_are_out_of_reach(data_dir, monkeypatch):

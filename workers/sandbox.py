@@ -3,7 +3,8 @@
 Public API (the Celery task calls only this):  ``evaluate(spec, data_dir=...) -> RunResult``.
 Never raises for anything the variant does; a fault of the harness itself becomes verdict ``error``.
 
-The child gets: a private temporary working directory (its HOME, deleted after), an environment
+The child gets: a private temporary working directory (its HOME, deleted after; workers/workdirs.py sweeps those
+of a killed worker), an environment
 scrubbed to an allow-list, resource limits, its own network namespace where the kernel allows
 (recorded as sandbox.network_isolated), and a session / process group we kill whole at the end.
 
@@ -41,6 +42,7 @@ from typing import Any, Callable
 from workers.fingerprint import read_bandwidth_cache, store_bandwidth
 from workers.gpu_lock import lock_dir, read_wait_log
 from workers.protocol import RunResult, RunSpec, SandboxInfo, Verdict
+from workers.workdirs import run_root
 from workers.zygote import CLONE_NEWNET, PR_SET_PDEATHSIG, ForkedChild, ZygoteClient, ZygoteUnavailable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -347,7 +349,7 @@ def _evaluate(spec: RunSpec, data_dir: Path, started: datetime) -> RunResult:
     data_dir.mkdir(parents=True, exist_ok=True)
     cache = data_dir / "compile-cache"
     cache.mkdir(exist_ok=True)
-    workdir = tempfile.mkdtemp(prefix=f"kt-run-{re.sub(r'[^A-Za-z0-9_-]', '_', spec.run_id)[:32]}-")
+    workdir = tempfile.mkdtemp(prefix=f"kt-run-{re.sub(r'[^A-Za-z0-9_-]', '_', spec.run_id)[:32]}-", dir=run_root())
     os.makedirs(os.path.join(workdir, "tmp"))
     token = secrets.token_bytes(32)
     wait_log = os.path.join(workdir, LOCK_WAIT_LOG)

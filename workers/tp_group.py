@@ -53,6 +53,7 @@ from typing import Any, Callable
 
 from workers.protocol import RunSpec, Verdict
 from workers.tp_protocol import RankReport, TPRunResult, TPRunSpec
+from workers.workdirs import run_root
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -180,7 +181,7 @@ def _launcher_limits() -> None:  # preexec, in the launcher before exec: only sy
 
 def _run_group(tp: TPRunSpec, started: datetime, timeout_s: float) -> TPRunResult:
     world = tp.world_size
-    workdir = tempfile.mkdtemp(prefix=f"kt-tp-{re.sub(r'[^A-Za-z0-9_-]', '_', tp.run.run_id)[:24]}-")
+    workdir = tempfile.mkdtemp(prefix=f"kt-tp-{re.sub(r'[^A-Za-z0-9_-]', '_', tp.run.run_id)[:24]}-", dir=run_root())
     os.makedirs(os.path.join(workdir, "tmp"))
     tokens = [secrets.token_bytes(32) for _ in range(world)]
     result_pipes = [os.pipe() for _ in range(world)]

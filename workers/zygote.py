@@ -45,6 +45,8 @@ import time
 import traceback
 from typing import Any
 
+from workers.workdirs import run_root
+
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
 MAX_PACKET = 1 << 20
@@ -305,7 +307,7 @@ class ZygoteClient:
 
     def __init__(self, env: dict[str, str]):
         self.env = dict(env)
-        self.home = tempfile.mkdtemp(prefix="kt-zygote-")
+        self.home = tempfile.mkdtemp(prefix="kt-zygote-", dir=run_root())
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.control = ours
         self.log = tempfile.TemporaryFile()  # its stderr, read back only if it fails to start
