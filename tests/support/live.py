@@ -213,12 +213,14 @@ class LiveService:
 
     def exactly_once_report(self, job_ids: list[int]) -> dict[str, Any]:
         """From the runs and the audit trail: lost (not done), duplicates (a run id with more than one
-        result write), re-run (claimed more than once), and attempts that disagree with the claims seen."""
+        result write), re-run (claimed more than once), who wrote each result, and attempts that disagree with the
+        claims seen."""
         with self.engine() as eng, eng.connect() as conn:
             runs = conn.execute(sa.text("SELECT id, status, verdict, attempts, median_us FROM runs "
                                         "WHERE job_id = ANY(:ids)"), {"ids": job_ids}).all()
             writes = dict(conn.execute(sa.text(
                 "SELECT run_id, count(*) FROM kt_audit WHERE new_status = 'done' GROUP BY run_id")).all())
+            writers = dict(conn.execute(sa.text("SELECT run_id, worker FROM kt_audit WHERE new_status = 'done'")).all())
             claims = dict(conn.execute(sa.text(
                 "SELECT run_id, count(*) FROM kt_audit WHERE new_status = 'running' GROUP BY run_id")).all())
         return {
@@ -227,6 +229,7 @@ class LiveService:
             "duplicates": [r.id for r in runs if writes.get(r.id, 0) > 1],
             "unwritten": [r.id for r in runs if writes.get(r.id, 0) == 0],
             "rerun": [r.id for r in runs if claims.get(r.id, 0) > 1],
+            "written_by": {r.id: writers.get(r.id) for r in runs},  # the worker ("host:pid") of its result write
             "attempts_mismatch": [r.id for r in runs if r.attempts != claims.get(r.id, 0)],
             "not_passed": [(r.id, r.verdict) for r in runs if r.verdict != "passed" or r.median_us is None],
         }
