@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 # How long a writer waits for SQLite's lock before "database is locked" (the API answers 503
 # database_busy). KT_SQLITE_BUSY_TIMEOUT_MS overrides it; the fault tests shorten the wait.
 SQLITE_BUSY_TIMEOUT_MS = int(os.environ.get("KT_SQLITE_BUSY_TIMEOUT_MS") or 30_000)
+APPLICATION_NAME = "kerneltune"  # PostgreSQL application_name prefix: "kerneltune:<pid>"
 
 
 def data_dir() -> Path:
@@ -70,6 +71,10 @@ def make_engine(url: str | None = None, **kwargs: Any) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     kwargs.setdefault("pool_pre_ping", True)  # a restarted PostgreSQL must not poison the pool
+    # Each backend names the process it serves (pg_stat_activity.application_name): an operator sees which API or
+    # worker process holds a connection or a lock, and a test that kills a process can wait for its backends to end.
+    if "application_name" not in u.query:
+        kwargs.setdefault("connect_args", {}).setdefault("application_name", f"{APPLICATION_NAME}:{os.getpid()}")
     # SQLAlchemy's default keeps 5 idle connections and closes any extra one on check-in: an API
     # serving more than 5 requests at once then opens and closes a PostgreSQL connection (a backend
     # fork, ~5 ms) per request. Keep up to 10 idle, at most 20 at once (the API has two such pools

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any, Callable
@@ -73,6 +74,14 @@ def test_sqlite_connection_settings(engine: Engine) -> None:
         assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
         assert conn.execute(text("PRAGMA foreign_keys")).scalar() == 1
         assert conn.execute(text("PRAGMA busy_timeout")).scalar() == 30000
+
+
+def test_postgres_backends_name_their_process(engine: Engine) -> None:
+    if engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL application_name")
+    with engine.connect() as conn:
+        name = conn.execute(text("SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()")).scalar()
+    assert name == f"kerneltune:{os.getpid()}"
 
 
 # --- variants and jobs ----------------------------------------------------------------------------------

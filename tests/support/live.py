@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 
+from db.session import APPLICATION_NAME
 from service.client import Client
 from service.embedded import EmbeddedStack, api_command
 from tests.support.servers import RedisServer, free_port, fresh_pg_database
@@ -160,12 +161,30 @@ class LiveService:
         Client(self.stack.url).wait_ready(120)
 
     def kill_api(self) -> None:
+        """SIGKILL the API's process group, then wait until PostgreSQL has ended its backends: a COMMIT the API sent
+        just before it died is still carried out, and a read of the database before that can miss it."""
         assert self.stack is not None and self.api_proc is not None
         if self.api_proc.poll() is None:
+            pids = [self.api_proc.pid, *descendants(self.api_proc.pid)]
             os.killpg(self.api_proc.pid, signal.SIGKILL)
             self.api_proc.wait(timeout=10)
+            self.wait_backends_gone(pids)
         if self.api_proc in self.stack.procs:
             self.stack.procs.remove(self.api_proc)
+
+    def wait_backends_gone(self, pids: list[int], timeout_s: float = 30) -> None:
+        """Until no PostgreSQL backend serves any of these (dead) processes (db/session.py names each backend)."""
+        names = [f"{APPLICATION_NAME}:{pid}" for pid in pids]
+        deadline = time.monotonic() + timeout_s
+        with self.engine() as eng:
+            while True:
+                with eng.connect() as conn:
+                    left = conn.execute(sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = ANY(:n)"),
+                                        {"n": names}).scalar_one()
+                if not left:
+                    return
+                assert time.monotonic() < deadline, f"{left} backends of dead processes {pids} still open"
+                time.sleep(0.05)
 
     # --- driving the API ---------------------------------------------------------------------------
 
