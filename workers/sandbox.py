@@ -4,9 +4,8 @@ Public API (the Celery task calls only this):  ``evaluate(spec, data_dir=...) ->
 Never raises for anything the variant does; a fault of the harness itself becomes verdict ``error``.
 
 The child gets: a private temporary working directory (its HOME, deleted after; workers/workdirs.py sweeps those
-of a killed worker), an environment
-scrubbed to an allow-list, resource limits, its own network namespace where the kernel allows
-(recorded as sandbox.network_isolated), and a session / process group we kill whole at the end.
+of a killed worker), an environment scrubbed to an allow-list, resource limits, its own network namespace where the
+kernel allows (recorded as sandbox.network_isolated), and a session / process group we kill whole at the end.
 
 How the child starts (KT_SANDBOX_MODE): ``zygote`` (default) forks it from this worker's long-lived
 template process (workers/zygote.py), which has imported torch and the harness once, so a run does

@@ -147,11 +147,13 @@ class LiveService:
         return proc
 
     def kill_worker(self, pid: int) -> int:
-        """SIGKILL a worker and its sandbox children; returns how many children were alive."""
+        """SIGKILL a worker and its sandbox children, then wait until PostgreSQL has ended their backends (see
+        kill_api); returns how many children were alive."""
         proc = self.worker_procs.pop(pid)
-        n = kill_worker_tree(pid)
+        tree = kill_worker_tree(pid)
         proc.wait(timeout=10)
-        return n
+        self.wait_backends_gone([pid, *tree])
+        return len(tree)
 
     def restart_api(self) -> None:
         """SIGKILL the API (nothing of it survives), start a new one on the same port, wait ready."""
@@ -232,14 +234,12 @@ class LiveService:
 
     def exactly_once_report(self, job_ids: list[int]) -> dict[str, Any]:
         """From the runs and the audit trail: lost (not done), duplicates (a run id with more than one
-        result write), re-run (claimed more than once), who wrote each result, and attempts that disagree with the
-        claims seen."""
+        result write), re-run (claimed more than once), and attempts that disagree with the claims seen."""
         with self.engine() as eng, eng.connect() as conn:
             runs = conn.execute(sa.text("SELECT id, status, verdict, attempts, median_us FROM runs "
                                         "WHERE job_id = ANY(:ids)"), {"ids": job_ids}).all()
             writes = dict(conn.execute(sa.text(
                 "SELECT run_id, count(*) FROM kt_audit WHERE new_status = 'done' GROUP BY run_id")).all())
-            writers = dict(conn.execute(sa.text("SELECT run_id, worker FROM kt_audit WHERE new_status = 'done'")).all())
             claims = dict(conn.execute(sa.text(
                 "SELECT run_id, count(*) FROM kt_audit WHERE new_status = 'running' GROUP BY run_id")).all())
         return {
@@ -248,7 +248,6 @@ class LiveService:
             "duplicates": [r.id for r in runs if writes.get(r.id, 0) > 1],
             "unwritten": [r.id for r in runs if writes.get(r.id, 0) == 0],
             "rerun": [r.id for r in runs if claims.get(r.id, 0) > 1],
-            "written_by": {r.id: writers.get(r.id) for r in runs},  # the worker ("host:pid") of its result write
             "attempts_mismatch": [r.id for r in runs if r.attempts != claims.get(r.id, 0)],
             "not_passed": [(r.id, r.verdict) for r in runs if r.verdict != "passed" or r.median_us is None],
         }
@@ -275,9 +274,9 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def kill_worker_tree(pid: int) -> int:
+def kill_worker_tree(pid: int) -> list[int]:
     """SIGKILL a worker the way a lost machine or an OOM-killed container would: its process group,
-    then every descendant (sandbox children). Returns how many descendants were alive."""
+    then every descendant (sandbox children). Returns the descendants that were alive."""
     tree = descendants(pid)
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -288,4 +287,4 @@ def kill_worker_tree(pid: int) -> int:
             os.kill(child, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    return len(tree)
+    return tree
